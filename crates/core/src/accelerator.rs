@@ -1,0 +1,82 @@
+//! The accelerator seam: a burn backend type on one side, a run-time name on the other.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::Device;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::devices::{self, DevicesFlag};
+use crate::precision::Precision;
+
+/// The device type of an accelerator's backend.
+pub type DeviceOf<A> = Device<<A as Accelerator>::Backend>;
+
+/// What family an accelerator belongs to; it decides the default device rules,
+/// whether `--trainer.accelerator=gpu` may pick it, and how 16-mixed is treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AcceleratorKind {
+    /// Host CPU: `devices` counts processes.
+    Cpu,
+    /// A GPU: `devices` counts or names device ids; eligible for `accelerator=gpu`.
+    Gpu,
+    /// A TPU: `devices` is `auto`, 1, the full count, or `[i]`.
+    Tpu,
+    /// Anything else: GPU-style device rules, never picked by `gpu`.
+    Other,
+}
+
+/// Per-device figures for the DeviceStatsMonitor, e.g. `memory_used_bytes`.
+pub type DeviceStats = BTreeMap<String, f64>;
+
+/// A hardware family that ember can train on, bound to one burn backend type.
+///
+/// Implement it to add an accelerator (see `docs/custom-accelerator.md`); register it with
+/// [`Registry::register`](crate::Registry::register) and it becomes selectable as
+/// `--trainer.accelerator=NAME`. Probing functions must not panic when the hardware or its
+/// driver is missing: they report "not available" instead.
+pub trait Accelerator: 'static {
+    /// The autodiff backend models train on, e.g. `Autodiff<Flex>`.
+    type Backend: AutodiffBackend;
+
+    /// The name users select it by (lowercase, no spaces).
+    fn name() -> &'static str;
+
+    /// One line for `--help` and error messages.
+    fn description() -> &'static str;
+
+    /// The family; decides default device rules and `gpu` eligibility.
+    fn kind() -> AcceleratorKind;
+
+    /// Priority for `accelerator=auto` (higher wins); `None` means auto never picks it.
+    fn auto_priority() -> Option<u32> {
+        None
+    }
+
+    /// Whether the hardware and its driver are present. Must not panic.
+    fn is_available() -> bool;
+
+    /// How many devices exist (0 when unavailable).
+    fn auto_device_count() -> usize;
+
+    /// Turns the `devices` flag into device ids, given how many devices exist.
+    /// The error says what is allowed; the connector names the flag and value.
+    fn parse_devices(flag: &DevicesFlag, available: usize) -> Result<Vec<usize>, String> {
+        match Self::kind() {
+            AcceleratorKind::Cpu => devices::cpu_devices(flag),
+            AcceleratorKind::Tpu => devices::tpu_devices(flag, available),
+            AcceleratorKind::Gpu | AcceleratorKind::Other => devices::gpu_devices(flag, available),
+        }
+    }
+
+    /// The backend devices for the given ids, in order.
+    fn parallel_devices(ids: &[usize]) -> Vec<DeviceOf<Self>>;
+
+    /// Figures about one device for monitoring (memory, utilisation ...).
+    fn device_stats(device: &DeviceOf<Self>) -> DeviceStats;
+
+    /// The precisions this accelerator's registered backends can run today.
+    fn precisions() -> &'static [Precision] {
+        &[Precision::F32True]
+    }
+}

@@ -1,0 +1,382 @@
+//! The command line: `<app> fit|validate|test|predict [--config FILE]... [--trainer.KEY=VALUE]...
+//! [--model.KEY=VALUE]... [--data.KEY=VALUE]... [--print-config] [--print-plan]`.
+//!
+//! Every rejected input ends with one message naming the flag, the value and what is allowed,
+//! and exit status 2; nothing is written to disk before the plan is accepted.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::cluster::Env;
+use crate::config::{self, ConfigSources};
+use crate::connector::connect;
+use crate::error::{FlagError, list};
+use crate::flags::{TRAINER_KEYS, TrainerFlags, render};
+use crate::inventory::Inventory;
+use crate::job::Job;
+use crate::registry::Registry;
+
+/// Which loop to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Train (and validate).
+    Fit,
+    /// One validation pass.
+    Validate,
+    /// One test pass.
+    Test,
+    /// Predictions.
+    Predict,
+}
+
+impl Stage {
+    /// Every stage, as subcommands.
+    pub const ALL: [Stage; 4] = [Stage::Fit, Stage::Validate, Stage::Test, Stage::Predict];
+
+    /// The subcommand name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Fit => "fit",
+            Stage::Validate => "validate",
+            Stage::Test => "test",
+            Stage::Predict => "predict",
+        }
+    }
+
+    fn about(self) -> &'static str {
+        match self {
+            Stage::Fit => "Train the model (with validation as configured)",
+            Stage::Validate => "Run one validation pass",
+            Stage::Test => "Run one test pass",
+            Stage::Predict => "Run predictions",
+        }
+    }
+}
+
+/// What a job is built from: the stage and the merged, typed config.
+#[derive(Debug, Clone)]
+pub struct Invocation<M, D> {
+    /// The subcommand.
+    pub stage: Stage,
+    /// The trainer flags (already turned into the plan the job receives).
+    pub trainer: TrainerFlags,
+    /// The `model` section.
+    pub model: M,
+    /// The `data` section.
+    pub data: D,
+}
+
+/// How a CLI invocation ended.
+#[derive(Debug)]
+pub enum CliOutcome<O> {
+    /// Help, `--print-config` or `--print-plan`: text for stdout; exit 0.
+    Printed(String),
+    /// The job ran and returned this.
+    Ran(O),
+    /// An error: a message for stderr and the exit status (2: bad input, 1: the job failed).
+    Failed {
+        /// Exit status.
+        code: u8,
+        /// The message, without the `error: ` prefix.
+        message: String,
+    },
+}
+
+impl<O> CliOutcome<O> {
+    fn bad_input(e: FlagError) -> Self {
+        CliOutcome::Failed {
+            code: 2,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// An application's command line: its name, and the defaults of its `model` and `data` sections.
+pub struct Cli<M, D> {
+    name: String,
+    about: String,
+    trainer: TrainerFlags,
+    model: M,
+    data: D,
+}
+
+impl<M, D> Cli<M, D>
+where
+    M: Serialize + DeserializeOwned,
+    D: Serialize + DeserializeOwned,
+{
+    /// A CLI whose `model` and `data` sections start from these defaults.
+    pub fn new(name: &str, about: &str, model: M, data: D) -> Self {
+        Self {
+            name: name.to_owned(),
+            about: about.to_owned(),
+            trainer: TrainerFlags::default(),
+            model,
+            data,
+        }
+    }
+
+    /// Replaces the trainer defaults (e.g. the app's own `max_epochs`).
+    pub fn with_trainer_defaults(mut self, trainer: TrainerFlags) -> Self {
+        self.trainer = trainer;
+        self
+    }
+
+    /// Parses this process's arguments and environment, runs the job, and returns the exit code.
+    pub fn run<J: Job>(&self, registry: &Registry<J>, make_job: impl FnOnce(Invocation<M, D>) -> J) -> ExitCode {
+        let env: Env = std::env::vars().collect();
+        match self.execute(std::env::args(), &env, registry, make_job) {
+            CliOutcome::Printed(text) => {
+                print!("{text}");
+                if !text.ends_with('\n') {
+                    println!();
+                }
+                ExitCode::SUCCESS
+            }
+            CliOutcome::Ran(_) => ExitCode::SUCCESS,
+            CliOutcome::Failed { code, message } => {
+                eprintln!("error: {message}");
+                ExitCode::from(code)
+            }
+        }
+    }
+
+    /// Does everything [`run`](Self::run) does with explicit arguments and environment,
+    /// and returns the outcome instead of printing it (warnings still go to stderr).
+    pub fn execute<J: Job>(
+        &self,
+        args: impl IntoIterator<Item = String>,
+        env: &Env,
+        registry: &Registry<J>,
+        make_job: impl FnOnce(Invocation<M, D>) -> J,
+    ) -> CliOutcome<J::Output> {
+        let defaults = json!({
+            "trainer": self.trainer.to_value(),
+            "model": serde_json::to_value(&self.model).unwrap_or(Value::Null),
+            "data": serde_json::to_value(&self.data).unwrap_or(Value::Null),
+        });
+        let (args, section_overrides) = match split_section_overrides(args.into_iter().collect()) {
+            Ok(split) => split,
+            Err(e) => return CliOutcome::bad_input(e),
+        };
+        let matches = match self.command(registry, &defaults).try_get_matches_from(args) {
+            Ok(m) => m,
+            Err(e) => {
+                let text = e.render().to_string();
+                return match e.kind() {
+                    clap::error::ErrorKind::DisplayHelp
+                    | clap::error::ErrorKind::DisplayVersion
+                    | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                        if e.exit_code() == 0 =>
+                    {
+                        CliOutcome::Printed(text)
+                    }
+                    _ => CliOutcome::Failed {
+                        code: 2,
+                        message: text.trim_start_matches("error: ").trim_end().to_owned(),
+                    },
+                };
+            }
+        };
+        let Some((sub, sub_matches)) = matches.subcommand() else {
+            return CliOutcome::Failed {
+                code: 2,
+                message: format!("a subcommand is required: {}", list(Stage::ALL.map(Stage::name))),
+            };
+        };
+        let stage = Stage::ALL.into_iter().find(|s| s.name() == sub).unwrap_or(Stage::Fit);
+        match self.prepare(sub_matches, section_overrides, &defaults, env, registry) {
+            Err(e) => CliOutcome::bad_input(e),
+            Ok(Prepared::Printed(text)) => CliOutcome::Printed(text),
+            Ok(Prepared::Ready {
+                trainer,
+                model,
+                data,
+                plan,
+                inventory,
+            }) => {
+                let job = make_job(Invocation {
+                    stage,
+                    trainer,
+                    model,
+                    data,
+                });
+                match registry.run(job, &plan, &inventory) {
+                    Ok(out) => CliOutcome::Ran(out),
+                    Err(e) => CliOutcome::Failed {
+                        code: 1,
+                        message: format!("{e:#}"),
+                    },
+                }
+            }
+        }
+    }
+
+    fn prepare<J: Job>(
+        &self,
+        matches: &ArgMatches,
+        section_overrides: Vec<(String, String)>,
+        defaults: &Value,
+        env: &Env,
+        registry: &Registry<J>,
+    ) -> Result<Prepared<M, D>, FlagError> {
+        let mut sources = ConfigSources {
+            files: matches.get_many::<String>("config").into_iter().flatten().map(Into::into).collect(),
+            overrides: Vec::new(),
+        };
+        for (key, _) in TRAINER_KEYS {
+            if let Some(value) = matches.get_many::<String>(key).and_then(|v| v.last()) {
+                sources.overrides.push((format!("trainer.{key}"), value.clone()));
+            }
+        }
+        sources.overrides.extend(section_overrides);
+        let merged = config::merge(defaults, &sources)?;
+        if matches.get_flag("print-config") {
+            let yaml = serde_yaml::to_string(&merged)
+                .map_err(|e| FlagError::new("--print-config", "", format!("cannot print config: {e}")))?;
+            return Ok(Prepared::Printed(yaml));
+        }
+        let trainer = TrainerFlags::from_value(&merged["trainer"])?;
+        let model = section("model", &merged, defaults)?;
+        let data = section("data", &merged, defaults)?;
+        let inventory = Inventory::from_env(env, registry.catalog())?;
+        let plan = connect(&trainer, env, &inventory, registry.catalog())?;
+        for warning in &plan.warnings {
+            eprintln!("warning: {warning}");
+        }
+        if matches.get_flag("print-plan") {
+            return Ok(Prepared::Printed(plan.to_json()));
+        }
+        registry.check_hardware(&plan, &inventory)?;
+        Ok(Prepared::Ready {
+            trainer,
+            model,
+            data,
+            plan,
+            inventory,
+        })
+    }
+
+    fn command<J: Job>(&self, registry: &Registry<J>, defaults: &Value) -> Command {
+        let catalog = registry.catalog();
+        let mut names = String::new();
+        let _ = writeln!(names, "Accelerators (--trainer.accelerator):");
+        let _ = writeln!(names, "  {:<14}the best available one (tpu > cuda > wgpu > cpu)", "auto");
+        let _ = writeln!(names, "  {:<14}the best available GPU accelerator (cuda, else wgpu)", "gpu");
+        for a in &catalog.accelerators {
+            let _ = writeln!(names, "  {:<14}{}", a.name, a.description);
+        }
+        let _ = writeln!(names, "\nStrategies (--trainer.strategy):");
+        let _ = writeln!(names, "  {:<14}single_device for one process, else ddp", "auto");
+        for s in &catalog.strategies {
+            let _ = writeln!(names, "  {:<14}{}", s.name, s.description);
+        }
+        for section in ["model", "data"] {
+            let keys: Vec<&str> = defaults[section]
+                .as_object()
+                .map(|m| m.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            let _ = writeln!(names, "\n--{section}.KEY=VALUE sets the {section} section; keys: {}", list(keys));
+        }
+        let _ = write!(
+            names,
+            "\nEMBER_INVENTORY=cuda=4,wgpu=1 replaces hardware probing (for --print-plan)."
+        );
+        let stage_args: Vec<Arg> = [
+            Arg::new("config")
+                .long("config")
+                .value_name("FILE")
+                .action(ArgAction::Append)
+                .help("YAML or TOML config file; repeatable, later files win"),
+            Arg::new("print-config")
+                .long("print-config")
+                .action(ArgAction::SetTrue)
+                .help("Print the merged config as YAML and exit"),
+            Arg::new("print-plan")
+                .long("print-plan")
+                .action(ArgAction::SetTrue)
+                .help("Print the resolved plan as JSON and exit without training"),
+        ]
+        .into_iter()
+        .chain(TRAINER_KEYS.iter().map(|(key, help)| {
+            Arg::new(*key)
+                .long(format!("trainer.{key}"))
+                .value_name("VALUE")
+                .allow_hyphen_values(true)
+                .action(ArgAction::Append)
+                .help(*help)
+        }))
+        .collect();
+        Command::new(self.name.clone())
+            .about(self.about.clone())
+            .subcommand_required(true)
+            .arg_required_else_help(true)
+            .after_help(names.clone())
+            .subcommands(Stage::ALL.map(|stage| {
+                Command::new(stage.name())
+                    .about(stage.about())
+                    .args(stage_args.clone())
+                    .after_help(names.clone())
+            }))
+    }
+}
+
+enum Prepared<M, D> {
+    Printed(String),
+    Ready {
+        trainer: TrainerFlags,
+        model: M,
+        data: D,
+        plan: crate::plan::Plan,
+        inventory: Inventory,
+    },
+}
+
+/// Takes `--model.K=V` / `--data.K=V` (or `--model.K V`) out of the arguments, in order.
+fn split_section_overrides(args: Vec<String>) -> Result<(Vec<String>, Vec<(String, String)>), FlagError> {
+    let mut rest = Vec::with_capacity(args.len());
+    let mut overrides = Vec::new();
+    let mut iter = args.into_iter();
+    while let Some(arg) = iter.next() {
+        let Some(key) = ["--model.", "--data."]
+            .iter()
+            .find(|p| arg.starts_with(*p))
+            .map(|_| arg.trim_start_matches("--").to_owned())
+        else {
+            rest.push(arg);
+            continue;
+        };
+        let (key, value) = match key.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => {
+                let value = iter
+                    .next()
+                    .ok_or_else(|| FlagError::new(format!("--{key}"), "", "expected a value (--KEY=VALUE)"))?;
+                (key, value)
+            }
+        };
+        overrides.push((key, value));
+    }
+    Ok((rest, overrides))
+}
+
+/// Reads a user section, refusing top-level keys its defaults do not have.
+fn section<T: DeserializeOwned>(name: &str, merged: &Value, defaults: &Value) -> Result<T, FlagError> {
+    let value = &merged[name];
+    if let (Some(given), Some(known)) = (value.as_object(), defaults[name].as_object()) {
+        if let Some((key, v)) = given.iter().find(|(k, _)| !known.contains_key(*k)) {
+            return Err(FlagError::new(
+                format!("--{name}.{key}"),
+                render(v),
+                format!("unknown {name} option; known: {}", list(known.keys())),
+            ));
+        }
+    }
+    serde_json::from_value(value.clone())
+        .map_err(|e| FlagError::new(format!("--{name}"), render(value), format!("invalid {name} config: {e}")))
+}

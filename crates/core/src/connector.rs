@@ -1,0 +1,196 @@
+//! The connector: a pure function from (flags, environment variables, inventory, catalog) to a
+//! [`Plan`] or one clear [`FlagError`]. It touches no device and no global state.
+
+use crate::accelerator::AcceleratorKind;
+use crate::catalog::{AcceleratorSpec, Catalog};
+use crate::cluster::{ClusterEnvironment, Env, Ranks};
+use crate::error::{FlagError, PlanResult, list};
+use crate::flags::TrainerFlags;
+use crate::inventory::Inventory;
+use crate::plan::Plan;
+use crate::precision::Precision;
+use crate::strategy::{DDP, SINGLE_DEVICE};
+
+/// Resolves flags into a plan for this process.
+pub fn connect(flags: &TrainerFlags, env: &Env, inventory: &Inventory, catalog: &Catalog) -> PlanResult<Plan> {
+    let mut warnings = Vec::new();
+    let accelerator = select_accelerator(&flags.accelerator, inventory, catalog)?;
+    let devices = (accelerator.parse_devices)(&flags.devices, inventory.count(accelerator.name)).map_err(|m| {
+        FlagError::new(
+            "--trainer.devices",
+            flags.devices.to_string(),
+            format!("{m} (accelerator {})", accelerator.name),
+        )
+    })?;
+    let num_nodes = check_num_nodes(flags.num_nodes)?;
+    let precision = select_precision(&flags.precision, accelerator, &mut warnings)?;
+    let environment = match ClusterEnvironment::parse_choice(&flags.cluster_environment)? {
+        Some(chosen) => chosen,
+        None => ClusterEnvironment::detect(env),
+    };
+    let ranks = environment.ranks(env, devices.len(), num_nodes)?;
+    check_world(environment, &ranks, devices.len(), num_nodes)?;
+    let strategy = select_strategy(&flags.strategy, catalog, devices.len(), num_nodes, ranks.world_size)?;
+    Ok(Plan {
+        accelerator: accelerator.name.to_owned(),
+        strategy,
+        devices,
+        num_nodes,
+        precision,
+        cluster_environment: environment.name().to_owned(),
+        world_size: ranks.world_size,
+        global_rank: ranks.global_rank,
+        local_rank: ranks.local_rank,
+        node_rank: ranks.node_rank,
+        main_address: ranks.main_address,
+        main_port: ranks.main_port,
+        warnings,
+    })
+}
+
+fn available_names(inventory: &Inventory, catalog: &Catalog) -> String {
+    list(
+        catalog
+            .accelerators
+            .iter()
+            .filter(|a| inventory.is_available(a.name))
+            .map(|a| a.name),
+    )
+}
+
+fn inventory_note(inventory: &Inventory) -> String {
+    inventory
+        .injected_spec()
+        .map(|s| format!(" (inventory injected by EMBER_INVENTORY={s})"))
+        .unwrap_or_default()
+}
+
+fn select_accelerator<'c>(value: &str, inventory: &Inventory, catalog: &'c Catalog) -> PlanResult<&'c AcceleratorSpec> {
+    let name = value.trim().to_ascii_lowercase();
+    let err = |m: String| FlagError::new("--trainer.accelerator", value, m);
+    let best = |eligible: &dyn Fn(&AcceleratorSpec) -> bool| {
+        catalog
+            .accelerators
+            .iter()
+            .filter(|a| eligible(a) && inventory.is_available(a.name))
+            .max_by_key(|a| a.auto_priority.unwrap_or(0))
+    };
+    match name.as_str() {
+        "auto" => best(&|a| a.auto_priority.is_some()).ok_or_else(|| {
+            err(format!(
+                "no accelerator that `auto` may pick is available; available: {}{}",
+                available_names(inventory, catalog),
+                inventory_note(inventory)
+            ))
+        }),
+        "gpu" => best(&|a| a.kind == AcceleratorKind::Gpu).ok_or_else(|| {
+            err(format!(
+                "no GPU accelerator is available; available accelerators: {}{}",
+                available_names(inventory, catalog),
+                inventory_note(inventory)
+            ))
+        }),
+        _ => {
+            let spec = catalog.accelerator(&name).ok_or_else(|| {
+                err(format!("unknown accelerator; registered: {}", catalog.accelerator_choices()))
+            })?;
+            if !inventory.is_available(spec.name) {
+                return Err(err(format!(
+                    "accelerator {} is not available on this machine; available accelerators: {}{}",
+                    spec.name,
+                    available_names(inventory, catalog),
+                    inventory_note(inventory)
+                )));
+            }
+            Ok(spec)
+        }
+    }
+}
+
+fn check_num_nodes(n: i64) -> PlanResult<usize> {
+    usize::try_from(n)
+        .ok()
+        .filter(|n| (1..=1 << 20).contains(n))
+        .ok_or_else(|| FlagError::new("--trainer.num_nodes", n.to_string(), "num_nodes must be a positive integer"))
+}
+
+fn select_precision(value: &str, accelerator: &AcceleratorSpec, warnings: &mut Vec<String>) -> PlanResult<Precision> {
+    let asked = Precision::parse(value)?;
+    let mut effective = asked;
+    if asked == Precision::F16Mixed && accelerator.kind == AcceleratorKind::Cpu {
+        effective = Precision::Bf16Mixed;
+        warnings.push(format!(
+            "precision 16-mixed is not supported on {}; using bf16-mixed instead",
+            accelerator.name
+        ));
+    }
+    if !accelerator.precisions.contains(&effective) {
+        let via = if effective == asked {
+            String::new()
+        } else {
+            format!(" (it runs {asked} as {effective})")
+        };
+        return Err(FlagError::new(
+            "--trainer.precision",
+            value,
+            format!(
+                "accelerator {} cannot run {effective} yet{via}; it runs: {}",
+                accelerator.name,
+                list(accelerator.precisions.iter().map(|p| p.name()))
+            ),
+        ));
+    }
+    Ok(effective)
+}
+
+/// Under an environment that started the processes, the flags must describe the same world.
+fn check_world(environment: ClusterEnvironment, ranks: &Ranks, devices: usize, num_nodes: usize) -> PlanResult<()> {
+    if !environment.creates_processes_externally() {
+        return Ok(());
+    }
+    if environment == ClusterEnvironment::Kubeflow && devices != 1 {
+        return Err(FlagError::new(
+            "--trainer.devices",
+            devices.to_string(),
+            "the kubeflow environment runs one process per pod; use --trainer.devices=1 and --trainer.num_nodes=WORLD_SIZE",
+        ));
+    }
+    let asked = devices * num_nodes;
+    if asked != ranks.world_size {
+        return Err(FlagError::new(
+            "--trainer.devices",
+            devices.to_string(),
+            format!(
+                "devices × num_nodes = {devices} × {num_nodes} = {asked} processes, but the {environment} environment started {}; set --trainer.devices to the processes per node and --trainer.num_nodes to the number of nodes",
+                ranks.world_size
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn select_strategy(value: &str, catalog: &Catalog, devices: usize, num_nodes: usize, world: usize) -> PlanResult<String> {
+    let name = value.trim().to_ascii_lowercase();
+    let many = devices * num_nodes > 1 || world > 1;
+    if name == "auto" {
+        return Ok(if many { DDP } else { SINGLE_DEVICE }.to_owned());
+    }
+    let info = catalog.strategy(&name).ok_or_else(|| {
+        FlagError::new(
+            "--trainer.strategy",
+            value,
+            format!("unknown strategy; registered: {}", catalog.strategy_choices()),
+        )
+    })?;
+    if !info.distributed && many {
+        return Err(FlagError::new(
+            "--trainer.strategy",
+            value,
+            format!(
+                "{} runs one process on one device, but the run has {devices} device(s) × {num_nodes} node(s); use --trainer.strategy=ddp or --trainer.devices=1",
+                info.name
+            ),
+        ));
+    }
+    Ok(info.name.clone())
+}

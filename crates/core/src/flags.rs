@@ -1,0 +1,180 @@
+//! Trainer flags as the user gives them (`--trainer.KEY=VALUE`, config files, or Rust).
+
+use serde_json::{Map, Value, json};
+
+use crate::devices::DevicesFlag;
+use crate::error::{FlagError, PlanResult, list};
+
+/// The trainer keys the connector reads, with a line of help each.
+pub const TRAINER_KEYS: [(&str, &str); 7] = [
+    ("accelerator", "accelerator name: auto, gpu, or a registered name [default: auto]"),
+    ("strategy", "strategy name: auto or a registered name [default: auto]"),
+    ("devices", "auto, a count, -1 for all, or a list of ids like [0,2] or \"0, 2\" [default: auto]"),
+    ("num_nodes", "number of nodes, an integer > 0 [default: 1]"),
+    ("precision", "32-true, 64-true, 16-true, bf16-true, 16-mixed or bf16-mixed [default: 32-true]"),
+    (
+        "cluster_environment",
+        "auto (detect), local, torchelastic, slurm, lsf, mpi or kubeflow [default: auto]",
+    ),
+    ("max_epochs", "epochs to train, an integer > 0 [default: the app's]"),
+];
+
+/// Unresolved trainer flags: what was asked for, before any hardware or environment is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainerFlags {
+    /// `auto`, `gpu`, or a registered accelerator name.
+    pub accelerator: String,
+    /// `auto` or a registered strategy name (case-insensitive).
+    pub strategy: String,
+    /// Devices, in any accepted form.
+    pub devices: DevicesFlag,
+    /// Number of nodes as given (validated by the connector).
+    pub num_nodes: i64,
+    /// Precision name as given (validated by the connector).
+    pub precision: String,
+    /// `auto` or a cluster environment name.
+    pub cluster_environment: String,
+    /// Epochs to train; `None` leaves it to the app.
+    pub max_epochs: Option<u64>,
+}
+
+impl Default for TrainerFlags {
+    fn default() -> Self {
+        Self {
+            accelerator: "auto".into(),
+            strategy: "auto".into(),
+            devices: DevicesFlag::Auto,
+            num_nodes: 1,
+            precision: "32-true".into(),
+            cluster_environment: "auto".into(),
+            max_epochs: None,
+        }
+    }
+}
+
+impl TrainerFlags {
+    /// Sets the accelerator name.
+    pub fn accelerator(mut self, name: &str) -> Self {
+        self.accelerator = name.into();
+        self
+    }
+    /// Sets the strategy name.
+    pub fn strategy(mut self, name: &str) -> Self {
+        self.strategy = name.into();
+        self
+    }
+    /// Sets the devices.
+    pub fn devices(mut self, devices: DevicesFlag) -> Self {
+        self.devices = devices;
+        self
+    }
+    /// Sets the number of nodes.
+    pub fn num_nodes(mut self, n: i64) -> Self {
+        self.num_nodes = n;
+        self
+    }
+    /// Sets the precision name.
+    pub fn precision(mut self, name: &str) -> Self {
+        self.precision = name.into();
+        self
+    }
+    /// Chooses a cluster environment instead of detecting one.
+    pub fn cluster_environment(mut self, name: &str) -> Self {
+        self.cluster_environment = name.into();
+        self
+    }
+
+    /// Sets the number of epochs.
+    pub fn max_epochs(mut self, epochs: u64) -> Self {
+        self.max_epochs = Some(epochs);
+        self
+    }
+
+    /// The flags as a config tree (the `trainer` section of a config file).
+    pub fn to_value(&self) -> Value {
+        let devices = match &self.devices {
+            DevicesFlag::Auto => json!("auto"),
+            DevicesFlag::Count(n) => json!(n),
+            DevicesFlag::Ids(ids) => json!(ids),
+        };
+        let mut value = json!({
+            "accelerator": self.accelerator,
+            "strategy": self.strategy,
+            "devices": devices,
+            "num_nodes": self.num_nodes,
+            "precision": self.precision,
+            "cluster_environment": self.cluster_environment,
+        });
+        if let Some(epochs) = self.max_epochs {
+            value["max_epochs"] = json!(epochs);
+        }
+        value
+    }
+
+    /// Reads the `trainer` section of a merged config; unknown keys are errors.
+    pub fn from_value(section: &Value) -> PlanResult<Self> {
+        let empty = Map::new();
+        let map = match section {
+            Value::Object(m) => m,
+            Value::Null => &empty,
+            other => {
+                return Err(FlagError::new("--trainer", render(other), "expected a table of trainer options"));
+            }
+        };
+        let mut flags = Self::default();
+        for (key, value) in map {
+            let flag = format!("--trainer.{key}");
+            match key.as_str() {
+                "accelerator" => flags.accelerator = text(&flag, value)?,
+                "strategy" => flags.strategy = text(&flag, value)?,
+                "precision" => flags.precision = text(&flag, value)?,
+                "cluster_environment" => flags.cluster_environment = text(&flag, value)?,
+                "devices" => {
+                    flags.devices =
+                        DevicesFlag::from_value(value).map_err(|m| FlagError::new(&flag, render(value), m))?;
+                }
+                "num_nodes" => flags.num_nodes = integer(&flag, value, "num_nodes must be a positive integer")?,
+                "max_epochs" => {
+                    let allowed = "max_epochs must be an integer > 0";
+                    let epochs = integer(&flag, value, allowed)?;
+                    flags.max_epochs =
+                        Some(u64::try_from(epochs).ok().filter(|e| *e > 0).ok_or_else(|| FlagError::new(&flag, render(value), allowed))?);
+                }
+                _ => {
+                    return Err(FlagError::new(
+                        flag,
+                        render(value),
+                        format!("unknown trainer option; known: {}", list(TRAINER_KEYS.map(|(k, _)| k))),
+                    ));
+                }
+            }
+        }
+        Ok(flags)
+    }
+}
+
+/// A config value as the user would have typed it.
+pub fn render(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A scalar option: strings as they are, numbers and booleans as their text.
+fn text(flag: &str, value: &Value) -> PlanResult<String> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(_) | Value::Bool(_) => Ok(value.to_string()),
+        other => Err(FlagError::new(flag, render(other), "expected a single name")),
+    }
+}
+
+fn integer(flag: &str, value: &Value, allowed: &str) -> PlanResult<i64> {
+    let parsed = match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    parsed.ok_or_else(|| FlagError::new(flag, render(value), allowed))
+}

@@ -1,0 +1,107 @@
+//! The device inventory: how many devices of each accelerator this machine has.
+//!
+//! Normally probed from the hardware; `EMBER_INVENTORY=cuda=4,wgpu=1` replaces probing, to
+//! test selection rules anywhere or to plan a cluster run from a laptop. `cpu` is always there.
+
+use std::collections::BTreeMap;
+
+use crate::catalog::Catalog;
+use crate::cluster::Env;
+use crate::error::{FlagError, PlanResult};
+
+/// The variable that injects an inventory.
+pub const INVENTORY_VAR: &str = "EMBER_INVENTORY";
+/// The accelerator that is always available.
+pub const CPU: &str = "cpu";
+/// Largest device count an injected inventory may name.
+pub const MAX_INJECTED_DEVICES: usize = 4096;
+
+/// Device counts per accelerator name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Inventory {
+    counts: BTreeMap<String, usize>,
+    injected: Option<String>,
+}
+
+impl Inventory {
+    /// Uses `EMBER_INVENTORY` when it is set, else probes every registered accelerator.
+    pub fn from_env(env: &Env, catalog: &Catalog) -> PlanResult<Self> {
+        match env.get(INVENTORY_VAR) {
+            Some(spec) => Self::parse(spec, catalog),
+            None => Ok(Self::probe(catalog)),
+        }
+    }
+
+    /// Asks each registered accelerator how many devices it sees.
+    pub fn probe(catalog: &Catalog) -> Self {
+        let counts = catalog
+            .accelerators
+            .iter()
+            .map(|a| (a.name.to_owned(), (a.probe)()))
+            .collect();
+        Self { counts, injected: None }
+    }
+
+    /// Parses an injected inventory such as `cuda=4,wgpu=1` (accelerators not named have none).
+    pub fn parse(spec: &str, catalog: &Catalog) -> PlanResult<Self> {
+        let err = |m: String| FlagError::new(INVENTORY_VAR, spec, m);
+        let mut counts = BTreeMap::new();
+        for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, count) = entry
+                .split_once('=')
+                .ok_or_else(|| err(format!("entry `{entry}` is not NAME=COUNT (e.g. cuda=4,wgpu=1)")))?;
+            let name = name.trim().to_ascii_lowercase();
+            if name == CPU {
+                return Err(err("cpu is always available and takes no count; list only other accelerators".into()));
+            }
+            if catalog.accelerator(&name).is_none() {
+                let known: Vec<&str> = catalog.accelerators.iter().map(|a| a.name).filter(|n| *n != CPU).collect();
+                return Err(err(format!(
+                    "`{name}` is not a registered accelerator; known: {}",
+                    crate::error::list(known)
+                )));
+            }
+            let count: usize = count
+                .trim()
+                .parse()
+                .ok()
+                .filter(|c| *c <= MAX_INJECTED_DEVICES)
+                .ok_or_else(|| err(format!("count for `{name}` must be an integer in 0..={MAX_INJECTED_DEVICES}")))?;
+            if counts.insert(name.clone(), count).is_some() {
+                return Err(err(format!("`{name}` is listed twice")));
+            }
+        }
+        Ok(Self {
+            counts,
+            injected: Some(spec.to_owned()),
+        })
+    }
+
+    /// An inventory with exactly these counts, as if injected (for tests and tools).
+    pub fn injected<'a>(counts: impl IntoIterator<Item = (&'a str, usize)>) -> Self {
+        let counts: BTreeMap<String, usize> = counts.into_iter().map(|(n, c)| (n.to_owned(), c)).collect();
+        let spec = counts.iter().map(|(n, c)| format!("{n}={c}")).collect::<Vec<_>>().join(",");
+        Self {
+            counts,
+            injected: Some(spec),
+        }
+    }
+
+    /// Devices of accelerator `name` (cpu: always 1).
+    pub fn count(&self, name: &str) -> usize {
+        if name == CPU {
+            return 1;
+        }
+        self.counts.get(name).copied().unwrap_or(0)
+    }
+
+    /// Whether accelerator `name` has at least one device.
+    pub fn is_available(&self, name: &str) -> bool {
+        self.count(name) > 0
+    }
+
+    /// The `EMBER_INVENTORY` text this inventory came from, if it was injected.
+    pub fn injected_spec(&self) -> Option<&str> {
+        self.injected.as_deref()
+    }
+}

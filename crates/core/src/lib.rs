@@ -1,0 +1,39 @@
+//! ember-core: the backend-free heart of ember.
+//!
+//! It defines the [`Accelerator`] seam between burn backend types and run-time names, the
+//! [`Registry`] that binds them, the pure [`connect`] function that turns flags, environment
+//! and device inventory into a [`Plan`], the cluster environments, and the [`Cli`].
+//! It depends on no burn backend; accelerator crates bring those.
+//! See `docs/architecture.md` for why it is shaped this way.
+
+pub mod accelerator;
+pub mod catalog;
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod connector;
+pub mod devices;
+pub mod error;
+pub mod flags;
+pub mod inventory;
+pub mod job;
+pub mod plan;
+pub mod precision;
+pub mod registry;
+pub mod strategy;
+
+pub use accelerator::{Accelerator, AcceleratorKind, DeviceOf, DeviceStats};
+pub use catalog::{AcceleratorSpec, Catalog};
+pub use cli::{Cli, CliOutcome, Invocation, Stage};
+pub use cluster::{ClusterEnvironment, Env, Ranks};
+pub use connector::connect;
+pub use devices::DevicesFlag;
+pub use error::FlagError;
+pub use flags::TrainerFlags;
+pub use inventory::Inventory;
+pub use job::Job;
+pub use plan::{Launcher, Plan};
+pub use precision::Precision;
+pub use registry::{Registry, RegistryError};
+pub use strategy::StrategyInfo;
+

@@ -1,0 +1,73 @@
+//! The resolved plan of a run: what the connector decided.
+
+use serde::{Deserialize, Serialize};
+
+use crate::precision::Precision;
+
+/// Everything the Trainer needs to know about where and how to run, resolved from flags,
+/// environment and inventory. `--print-plan` prints it as one JSON object with exactly these keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Selected accelerator name.
+    pub accelerator: String,
+    /// Selected strategy name.
+    pub strategy: String,
+    /// Device ids this node uses (one process each under ddp).
+    pub devices: Vec<usize>,
+    /// Number of nodes.
+    pub num_nodes: usize,
+    /// Precision in effect.
+    pub precision: Precision,
+    /// Cluster environment name.
+    pub cluster_environment: String,
+    /// Processes in the run.
+    pub world_size: usize,
+    /// This process's global rank.
+    pub global_rank: usize,
+    /// This process's rank on its node.
+    pub local_rank: usize,
+    /// This process's node.
+    pub node_rank: usize,
+    /// Rendezvous address of rank 0.
+    pub main_address: String,
+    /// Rendezvous port of rank 0.
+    pub main_port: u16,
+    /// Warnings raised while planning (printed to stderr, not part of the JSON).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+/// Who starts the processes of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    /// This process is the only one on its node, or the cluster started every process.
+    None,
+    /// ember's local launcher starts `processes - 1` more copies of this program on this node.
+    Local {
+        /// Processes on this node, this one included.
+        processes: usize,
+    },
+}
+
+impl Plan {
+    /// The launcher this plan needs.
+    pub fn launcher(&self) -> Launcher {
+        if self.cluster_environment == crate::cluster::ClusterEnvironment::Local.name() && self.devices.len() > 1 {
+            Launcher::Local {
+                processes: self.devices.len(),
+            }
+        } else {
+            Launcher::None
+        }
+    }
+
+    /// The device id this process drives.
+    pub fn local_device(&self) -> usize {
+        self.devices[self.local_rank.min(self.devices.len() - 1)]
+    }
+
+    /// The plan as the one-line JSON object `--print-plan` prints.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a plan always serializes")
+    }
+}

@@ -1,0 +1,42 @@
+//! Strategy names and what the connector needs to know about them.
+
+use serde::Serialize;
+
+/// A registered strategy: its name, a description, and whether it runs many processes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StrategyInfo {
+    /// Lowercase name, as selected with `--trainer.strategy`.
+    pub name: String,
+    /// One line for `--help`.
+    pub description: String,
+    /// Whether it runs one process per device (and may span nodes).
+    pub distributed: bool,
+}
+
+impl StrategyInfo {
+    /// A strategy description.
+    pub fn new(name: &str, description: &str, distributed: bool) -> Self {
+        Self {
+            name: name.to_ascii_lowercase(),
+            description: description.to_owned(),
+            distributed,
+        }
+    }
+}
+
+/// Name of the one-device strategy.
+pub const SINGLE_DEVICE: &str = "single_device";
+/// Name of the distributed data parallel strategy.
+pub const DDP: &str = "ddp";
+
+/// The strategies every registry starts with.
+pub fn builtin_strategies() -> Vec<StrategyInfo> {
+    vec![
+        StrategyInfo::new(SINGLE_DEVICE, "one process on one device", false),
+        StrategyInfo::new(
+            DDP,
+            "distributed data parallel: one process per device, gradients all-reduced",
+            true,
+        ),
+    ]
+}

@@ -1,0 +1,128 @@
+//! The digits data set: loading, a stratified split, and batches.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+
+/// Pixels per image (8×8).
+pub const PIXELS: usize = 64;
+/// Classes (digits 0..9).
+pub const CLASSES: usize = 10;
+
+/// The shipped data set, compiled in so the example runs from any directory.
+static SHIPPED: &[u8] = include_bytes!("../data/digits.csv.gz");
+
+/// Images with pixels scaled to 0..1, and their labels.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Digits {
+    /// Row-major pixels, `PIXELS` per image.
+    pub pixels: Vec<f32>,
+    /// One label per image.
+    pub labels: Vec<u8>,
+}
+
+impl Digits {
+    /// The data set shipped with the example.
+    pub fn shipped() -> anyhow::Result<Self> {
+        Self::from_gzip(SHIPPED).context("reading the shipped digits.csv.gz")
+    }
+
+    /// Loads a `.csv.gz` file in the shipped format.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::from_gzip(&bytes).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    fn from_gzip(bytes: &[u8]) -> anyhow::Result<Self> {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(bytes).read_to_string(&mut text)?;
+        let mut digits = Digits::default();
+        for (line_no, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let values: Vec<u8> = line
+                .split(',')
+                .map(|v| v.trim().parse::<u8>())
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("line {}: not a list of integers", line_no + 1))?;
+            if values.len() != PIXELS + 1 || values[PIXELS] as usize >= CLASSES || values[..PIXELS].iter().any(|&p| p > 16) {
+                bail!("line {}: expected 64 pixels in 0..=16 and a label in 0..=9", line_no + 1);
+            }
+            digits.pixels.extend(values[..PIXELS].iter().map(|&p| f32::from(p) / 16.0));
+            digits.labels.push(values[PIXELS]);
+        }
+        Ok(digits)
+    }
+
+    /// Number of images.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether there are no images.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// The images at `indices`, in that order.
+    pub fn select(&self, indices: &[usize]) -> Digits {
+        let mut out = Digits::default();
+        for &i in indices {
+            out.pixels.extend_from_slice(&self.pixels[i * PIXELS..(i + 1) * PIXELS]);
+            out.labels.push(self.labels[i]);
+        }
+        out
+    }
+
+    /// A stratified split: `val_fraction` of each class goes to validation, chosen by `seed`.
+    pub fn split(&self, val_fraction: f64, seed: u64) -> (Digits, Digits) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (mut train, mut val) = (Vec::new(), Vec::new());
+        for class in 0..CLASSES as u8 {
+            let mut members: Vec<usize> = (0..self.len()).filter(|&i| self.labels[i] == class).collect();
+            members.shuffle(&mut rng);
+            let n_val = (members.len() as f64 * val_fraction).round() as usize;
+            val.extend_from_slice(&members[..n_val]);
+            train.extend_from_slice(&members[n_val..]);
+        }
+        train.sort_unstable();
+        val.sort_unstable();
+        (self.select(&train), self.select(&val))
+    }
+}
+
+/// The order of one epoch's samples, shuffled by `seed` and the epoch number.
+pub fn epoch_order(len: usize, seed: u64, epoch: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_data_has_1797_labelled_images() {
+        let d = Digits::shipped().unwrap();
+        assert_eq!(d.len(), 1797);
+        assert_eq!(d.pixels.len(), 1797 * PIXELS);
+        assert!(d.pixels.iter().all(|p| (0.0..=1.0).contains(p)));
+    }
+
+    #[test]
+    fn split_is_stratified_disjoint_and_seeded() {
+        let d = Digits::shipped().unwrap();
+        let (train, val) = d.split(0.2, 7);
+        assert_eq!(train.len() + val.len(), d.len());
+        for class in 0..CLASSES as u8 {
+            let total = d.labels.iter().filter(|&&l| l == class).count() as f64;
+            let in_val = val.labels.iter().filter(|&&l| l == class).count() as f64;
+            assert!((in_val / total - 0.2).abs() < 0.02, "class {class}");
+        }
+        assert_eq!(d.split(0.2, 7), (train, val));
+        assert_ne!(d.split(0.2, 8).1, d.split(0.2, 7).1);
+    }
+}
