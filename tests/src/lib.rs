@@ -1,1 +1,123 @@
-//! x
+//! Helpers for ember's acceptance suite.
+//!
+//! The suite runs once per backend feature (`cargo xtask test-matrix`). Selection rules are
+//! driven through the pure connector with injected inventories, so they run on any machine.
+//! Accelerators whose feature is off in this build are stood in for by planning-only fakes
+//! with the same name, kind and device rules; with the feature on, the real one is used.
+
+use burn_autodiff::Autodiff;
+use burn_flex::{Flex, FlexDevice};
+use ember::{
+    Accelerator, AcceleratorKind, DeviceStats, Env, FlagError, Inventory, Job, Plan, Precision, Registry,
+    TrainerFlags,
+};
+
+/// A job that reports which accelerator type it was monomorphized for.
+pub struct WhoRuns;
+
+impl Job for WhoRuns {
+    type Output = (&'static str, &'static str);
+    fn run<A: Accelerator>(self, _plan: &Plan) -> anyhow::Result<Self::Output> {
+        Ok((A::name(), std::any::type_name::<A::Backend>()))
+    }
+}
+
+/// Defines a planning-only accelerator: real metadata and device rules, no hardware.
+macro_rules! planning_only {
+    ($ty:ident, $name:literal, $kind:expr, $priority:expr) => {
+        #[doc = concat!("A planning-only stand-in for the `", $name, "` accelerator.")]
+        pub struct $ty;
+        impl Accelerator for $ty {
+            type Backend = Autodiff<Flex>;
+            fn name() -> &'static str {
+                $name
+            }
+            fn description() -> &'static str {
+                concat!("planning-only stand-in for ", $name)
+            }
+            fn kind() -> AcceleratorKind {
+                $kind
+            }
+            fn auto_priority() -> Option<u32> {
+                $priority
+            }
+            fn is_available() -> bool {
+                false
+            }
+            fn auto_device_count() -> usize {
+                0
+            }
+            fn parallel_devices(ids: &[usize]) -> Vec<FlexDevice> {
+                ids.iter().map(|_| FlexDevice).collect()
+            }
+            fn device_stats(_: &FlexDevice) -> DeviceStats {
+                DeviceStats::new()
+            }
+        }
+    };
+}
+
+planning_only!(PlannedTpu, "tpu", AcceleratorKind::Tpu, Some(30));
+#[cfg(not(feature = "cuda"))]
+planning_only!(PlannedCuda, "cuda", AcceleratorKind::Gpu, Some(20));
+#[cfg(not(feature = "wgpu"))]
+planning_only!(PlannedWgpu, "wgpu", AcceleratorKind::Gpu, Some(10));
+
+/// A CPU-kind accelerator that can run bf16-mixed, to check the 16-mixed → bf16-mixed rule.
+pub struct MixedCpu;
+
+impl Accelerator for MixedCpu {
+    type Backend = Autodiff<Flex>;
+    fn name() -> &'static str {
+        "mixedcpu"
+    }
+    fn description() -> &'static str {
+        "a CPU accelerator that declares bf16-mixed"
+    }
+    fn kind() -> AcceleratorKind {
+        AcceleratorKind::Cpu
+    }
+    fn is_available() -> bool {
+        true
+    }
+    fn auto_device_count() -> usize {
+        1
+    }
+    fn parallel_devices(ids: &[usize]) -> Vec<FlexDevice> {
+        ids.iter().map(|_| FlexDevice).collect()
+    }
+    fn device_stats(_: &FlexDevice) -> DeviceStats {
+        DeviceStats::new()
+    }
+    fn precisions() -> &'static [Precision] {
+        &[Precision::F32True, Precision::Bf16Mixed]
+    }
+}
+
+/// This build's registry (real accelerators of the enabled features) plus stand-ins for
+/// tpu and for cuda/wgpu when their features are off.
+pub fn registry<J: Job>() -> Registry<J> {
+    let r = ember::registry::<J>().register::<PlannedTpu>().expect("tpu is free");
+    #[cfg(not(feature = "cuda"))]
+    let r = r.register::<PlannedCuda>().expect("cuda is free");
+    #[cfg(not(feature = "wgpu"))]
+    let r = r.register::<PlannedWgpu>().expect("wgpu is free");
+    r
+}
+
+/// An environment snapshot from `KEY=VALUE` pairs.
+pub fn env(pairs: &[(&str, &str)]) -> Env {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+/// Plans `flags` with an injected inventory (`"cuda=4,wgpu=1"`; `""` is cpu only).
+pub fn plan_with(flags: &TrainerFlags, inventory: &str, env: &Env) -> Result<Plan, FlagError> {
+    let registry = registry::<WhoRuns>();
+    let inventory = Inventory::parse(inventory, registry.catalog())?;
+    ember::connect(flags, env, &inventory, registry.catalog())
+}
+
+/// Plans `flags` with an injected inventory and no cluster variables.
+pub fn plan(flags: &TrainerFlags, inventory: &str) -> Result<Plan, FlagError> {
+    plan_with(flags, inventory, &Env::new())
+}

@@ -1,1 +1,173 @@
-fn main() {}
+//! ember's developer tasks. Run `cargo xtask help`.
+//!
+//! Every task calls `scripts/setup.sh` first (quick when everything is installed) and runs
+//! cargo with one shared target directory outside the clone
+//! (`CARGO_TARGET_DIR`, default `~/.cache/ember-target`) and `CARGO_BUILD_JOBS=2`.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+const HELP: &str = "\
+cargo xtask <task>
+
+  digits [ARGS]      train the digits example on CPU (release build): digits fit ARGS
+  test               every test: the acceptance suite once per backend (see test-matrix)
+  test-matrix        cpu: all tests; cuda: build + unit/acceptance tests (no GPU needed);
+                     wgpu: build + tests (lavapipe when no GPU); prints backend x result
+  bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
+  lint               fmt --check, clippy -D warnings (all targets, all features)
+  ci                 lint, then test
+  setup              install system packages the tests need (scripts/setup.sh)
+";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn target_dir() -> String {
+    std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_else(|_| "/tmp".into());
+        format!("{home}/.cache/ember-target")
+    })
+}
+
+/// Runs a command in the repository root with the shared cargo settings; true on success.
+fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
+    eprintln!("xtask: {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .env("CARGO_TARGET_DIR", target_dir())
+        .env("CARGO_BUILD_JOBS", std::env::var("CARGO_BUILD_JOBS").unwrap_or_else(|_| "2".into()))
+        .envs(envs.iter().copied())
+        .status();
+    match status {
+        Ok(s) => s.success(),
+        Err(e) => {
+            eprintln!("xtask: cannot run {program}: {e}");
+            false
+        }
+    }
+}
+
+fn setup() -> bool {
+    run("bash", &["scripts/setup.sh"], &[])
+}
+
+fn lint() -> bool {
+    run("cargo", &["fmt", "--all", "--", "--check"], &[])
+        && run(
+            "cargo",
+            &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
+            &[],
+        )
+}
+
+/// One row of the backend matrix: a name and the cargo invocations it must pass.
+struct Row {
+    backend: &'static str,
+    what: &'static str,
+    args: Vec<&'static str>,
+    envs: Vec<(&'static str, &'static str)>,
+}
+
+fn matrix() -> Vec<Row> {
+    vec![
+        Row {
+            backend: "cpu",
+            what: "build + all tests",
+            args: vec!["test", "--workspace"],
+            envs: vec![],
+        },
+        Row {
+            backend: "cuda",
+            what: "build + unit and acceptance tests (no GPU needed)",
+            args: vec![
+                "test",
+                "-p",
+                "ember-accel-cuda",
+                "-p",
+                "ember-acceptance",
+                "-p",
+                "digits",
+                "--features",
+                "ember-acceptance/cuda,digits/cuda",
+            ],
+            envs: vec![],
+        },
+        Row {
+            backend: "wgpu",
+            what: "build + unit and acceptance tests (lavapipe when no GPU)",
+            args: vec![
+                "test",
+                "-p",
+                "ember-accel-wgpu",
+                "-p",
+                "ember-acceptance",
+                "-p",
+                "digits",
+                "--features",
+                "ember-acceptance/wgpu,digits/wgpu",
+            ],
+            envs: vec![("EMBER_WGPU_SOFTWARE", "1")],
+        },
+    ]
+}
+
+fn test_matrix() -> bool {
+    let mut results = Vec::new();
+    for row in matrix() {
+        let start = Instant::now();
+        let ok = run("cargo", &row.args, &row.envs);
+        results.push((row.backend, row.what, ok, start.elapsed().as_secs()));
+    }
+    println!("\n{:<8} {:<52} {:<6} {:>6}", "backend", "what", "result", "secs");
+    for (backend, what, ok, secs) in &results {
+        println!("{backend:<8} {what:<52} {:<6} {secs:>6}", if *ok { "pass" } else { "FAIL" });
+    }
+    let passed = results.iter().filter(|r| r.2).count();
+    println!("test-matrix: {passed} passed, {} failed", results.len() - passed);
+    passed == results.len()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let ok = match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("digits") => {
+            let mut cargo = vec!["run", "--release", "-p", "digits", "--", "fit"];
+            cargo.extend(&rest);
+            setup() && run("cargo", &cargo, &[])
+        }
+        Some("test") | Some("test-matrix") => setup() && test_matrix(),
+        Some("bench") => match rest.first() {
+            Some(&"cpu-backends") => {
+                let mut cargo = vec!["bench", "-p", "digits", "--bench", "cpu_backends", "--"];
+                cargo.extend(&rest[1..]);
+                run("cargo", &cargo, &[])
+            }
+            other => {
+                eprintln!("xtask: unknown benchmark {other:?}; available: cpu-backends");
+                false
+            }
+        },
+        Some("lint") => lint(),
+        Some("ci") => {
+            let start = Instant::now();
+            let ok = setup() && lint() && test_matrix();
+            println!("ci: {} in {} s", if ok { "green" } else { "FAILED" }, start.elapsed().as_secs());
+            ok
+        }
+        Some("help") | None => {
+            print!("{HELP}");
+            true
+        }
+        Some(other) => {
+            eprintln!("xtask: unknown task `{other}`\n\n{HELP}");
+            false
+        }
+    };
+    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what ember's build and tests need beyond a fresh machine's Rust toolchain.
+# Idempotent and quick when everything is already there; called by `cargo xtask` and CI.
+set -euo pipefail
+
+# Debian packages: mesa's lavapipe (a software Vulkan driver) so the wgpu accelerator runs
+# its tests on machines without a GPU.
+packages=(libvulkan1 mesa-vulkan-drivers)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The pinned toolchain (rust-toolchain.toml) with rustfmt and clippy.
+rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
+echo "setup: ok"
