@@ -8,8 +8,8 @@
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::{
-    Accelerator, AcceleratorKind, DeviceStats, Env, FlagError, Inventory, Job, Plan, Precision, Registry,
-    TrainerFlags,
+    Accelerator, AcceleratorKind, DeviceStats, Env, FlagError, Inventory, Job, Plan, Precision,
+    Registry, TrainerFlags,
 };
 
 /// A job that reports which accelerator type it was monomorphized for.
@@ -97,7 +97,9 @@ impl Accelerator for MixedCpu {
 /// This build's registry (real accelerators of the enabled features) plus stand-ins for
 /// tpu and for cuda/wgpu when their features are off.
 pub fn registry<J: Job>() -> Registry<J> {
-    let r = ember::registry::<J>().register::<PlannedTpu>().expect("tpu is free");
+    let r = ember::registry::<J>()
+        .register::<PlannedTpu>()
+        .expect("tpu is free");
     #[cfg(not(feature = "cuda"))]
     let r = r.register::<PlannedCuda>().expect("cuda is free");
     #[cfg(not(feature = "wgpu"))]
@@ -107,7 +109,10 @@ pub fn registry<J: Job>() -> Registry<J> {
 
 /// An environment snapshot from `KEY=VALUE` pairs.
 pub fn env(pairs: &[(&str, &str)]) -> Env {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 /// Plans `flags` with an injected inventory (`"cuda=4,wgpu=1"`; `""` is cpu only).

@@ -29,9 +29,17 @@ fn cli() -> Cli<Model, Data> {
     Cli::new("app", "test app", Model::default(), Data::default())
 }
 
-fn execute(args: &[&str], env: &Env) -> (CliOutcome<(&'static str, &'static str)>, Option<Invocation<Model, Data>>) {
+fn execute(
+    args: &[&str],
+    env: &Env,
+) -> (
+    CliOutcome<(&'static str, &'static str)>,
+    Option<Invocation<Model, Data>>,
+) {
     let mut seen = None;
-    let argv = std::iter::once("app").chain(args.iter().copied()).map(String::from);
+    let argv = std::iter::once("app")
+        .chain(args.iter().copied())
+        .map(String::from);
     let outcome = cli().execute(argv, env, &registry::<WhoRuns>(), |inv| {
         seen = Some(inv);
         WhoRuns
@@ -58,17 +66,31 @@ fn a24_help_lists_every_registered_accelerator() {
     for args in [&["--help"][..], &["fit", "--help"][..]] {
         let help = printed(args, &Env::new());
         for name in ["auto", "gpu", "cpu", "cuda", "wgpu", "tpu"] {
-            assert!(help.contains(&format!("  {name} ")), "{name} missing from:\n{help}");
+            assert!(
+                help.contains(&format!("  {name} ")),
+                "{name} missing from:\n{help}"
+            );
         }
-        assert!(help.contains("--model.KEY=VALUE") && help.contains("hidden, lr"), "{help}");
+        assert!(
+            help.contains("--model.KEY=VALUE") && help.contains("hidden, lr"),
+            "{help}"
+        );
     }
 }
 
 #[test]
 fn a25_print_plan_is_one_json_object_with_exactly_the_plan_keys() {
-    let text = printed(&["fit", "--print-plan", "--trainer.devices=3"], &env(&[("EMBER_INVENTORY", "cuda=4")]));
+    let text = printed(
+        &["fit", "--print-plan", "--trainer.devices=3"],
+        &env(&[("EMBER_INVENTORY", "cuda=4")]),
+    );
     let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let mut keys: Vec<&str> = plan.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = plan
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort_unstable();
     let mut expected = [
         "accelerator",
@@ -99,23 +121,67 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 #[test]
 fn a26_yaml_and_toml_configs_merge_in_order_and_overrides_win() {
     let dir = tempfile::tempdir().unwrap();
-    let yaml = write(dir.path(), "a.yaml", "trainer:\n  devices: 2\nmodel:\n  hidden: 32\n  lr: 0.5\n");
-    let toml = write(dir.path(), "b.toml", "[model]\nhidden = 64\n[data]\nbatch_size = 7\n");
+    let yaml = write(
+        dir.path(),
+        "a.yaml",
+        "trainer:\n  devices: 2\nmodel:\n  hidden: 32\n  lr: 0.5\n",
+    );
+    let toml = write(
+        dir.path(),
+        "b.toml",
+        "[model]\nhidden = 64\n[data]\nbatch_size = 7\n",
+    );
     let (outcome, inv) = execute(
-        &["fit", "--config", &yaml, "--config", &toml, "--model.lr=0.25", "--trainer.devices", "1"],
+        &[
+            "fit",
+            "--config",
+            &yaml,
+            "--config",
+            &toml,
+            "--model.lr=0.25",
+            "--trainer.devices",
+            "1",
+        ],
         &Env::new(),
     );
-    assert!(matches!(outcome, CliOutcome::Ran(("cpu", _))), "{outcome:?}");
+    assert!(
+        matches!(outcome, CliOutcome::Ran(("cpu", _))),
+        "{outcome:?}"
+    );
     let inv = inv.unwrap();
-    assert_eq!(inv.model, Model { hidden: 64, lr: 0.25 });
+    assert_eq!(
+        inv.model,
+        Model {
+            hidden: 64,
+            lr: 0.25
+        }
+    );
     assert_eq!(inv.data.batch_size, 7);
     assert_eq!(inv.trainer.devices, ember::DevicesFlag::Count(1));
 
-    let merged = printed(&["fit", "--config", &yaml, "--config", &toml, "--print-config"], &Env::new());
-    assert!(merged.contains("hidden: 64") && merged.contains("lr: 0.5") && merged.contains("devices: 2"), "{merged}");
+    let merged = printed(
+        &[
+            "fit",
+            "--config",
+            &yaml,
+            "--config",
+            &toml,
+            "--print-config",
+        ],
+        &Env::new(),
+    );
+    assert!(
+        merged.contains("hidden: 64")
+            && merged.contains("lr: 0.5")
+            && merged.contains("devices: 2"),
+        "{merged}"
+    );
     // The printed config is itself a valid config.
     let again = write(dir.path(), "c.yaml", &merged);
-    assert_eq!(printed(&["fit", "--config", &again, "--print-config"], &Env::new()), merged);
+    assert_eq!(
+        printed(&["fit", "--config", &again, "--print-config"], &Env::new()),
+        merged
+    );
 }
 
 #[test]
@@ -125,16 +191,31 @@ fn bad_config_input_names_the_flag() {
     let wrong_ext = write(dir.path(), "c.json", "{}");
     let unknown_top = write(dir.path(), "u.yaml", "optimizer:\n  lr: 1\n");
     for (args, needle) in [
-        (vec!["fit", "--config", "/nonexistent.yaml"], "--config value `/nonexistent.yaml`: file not found"),
+        (
+            vec!["fit", "--config", "/nonexistent.yaml"],
+            "--config value `/nonexistent.yaml`: file not found",
+        ),
         (vec!["fit", "--config", &broken], "broken.yaml"),
         (vec!["fit", "--config", &wrong_ext], ".yaml, .yml or .toml"),
-        (vec!["fit", "--config", &unknown_top], "unknown top-level key"),
+        (
+            vec!["fit", "--config", &unknown_top],
+            "unknown top-level key",
+        ),
         (vec!["fit", "--model.depth=3"], "--model.depth"),
         (vec!["fit", "--model.hidden=wide"], "--model"),
         (vec!["fit", "--data.batch_size"], "--data.batch_size"),
-        (vec!["fit", "--trainer.frobnicate=1"], "--trainer.frobnicate"),
-        (vec!["fit", "--trainer.num_nodes=abc"], "--trainer.num_nodes"),
-        (vec!["fit", "--trainer.max_epochs=0"], "--trainer.max_epochs"),
+        (
+            vec!["fit", "--trainer.frobnicate=1"],
+            "--trainer.frobnicate",
+        ),
+        (
+            vec!["fit", "--trainer.num_nodes=abc"],
+            "--trainer.num_nodes",
+        ),
+        (
+            vec!["fit", "--trainer.max_epochs=0"],
+            "--trainer.max_epochs",
+        ),
         (vec!["fit", "--trainer.devices=[1,"], "--trainer.devices"),
         (vec!["train"], "train"),
     ] {
@@ -145,10 +226,15 @@ fn bad_config_input_names_the_flag() {
 
 #[test]
 fn fit_with_an_injected_accelerator_the_machine_lacks_exits_2() {
-    let (outcome, inv) = execute(&["fit", "--trainer.accelerator=tpu"], &env(&[("EMBER_INVENTORY", "tpu=4")]));
+    let (outcome, inv) = execute(
+        &["fit", "--trainer.accelerator=tpu"],
+        &env(&[("EMBER_INVENTORY", "tpu=4")]),
+    );
     assert!(inv.is_none(), "no job may be built");
     match outcome {
-        CliOutcome::Failed { code: 2, message } => assert!(message.contains("EMBER_INVENTORY"), "{message}"),
+        CliOutcome::Failed { code: 2, message } => {
+            assert!(message.contains("EMBER_INVENTORY"), "{message}")
+        }
         other => panic!("{other:?}"),
     }
 }

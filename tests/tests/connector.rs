@@ -29,7 +29,12 @@ fn a01_invalid_accelerator_lists_registered_names() {
 fn a02_cpu_only_defaults() {
     let p = plan(&flags(), "").unwrap();
     assert_eq!(
-        (p.accelerator.as_str(), p.strategy.as_str(), p.devices.as_slice(), p.precision),
+        (
+            p.accelerator.as_str(),
+            p.strategy.as_str(),
+            p.devices.as_slice(),
+            p.precision
+        ),
         ("cpu", "single_device", &[0][..], Precision::F32True)
     );
     assert_eq!((p.world_size, p.global_rank, p.num_nodes), (1, 0, 1));
@@ -40,7 +45,10 @@ fn a02_cpu_only_defaults() {
 #[test]
 fn a03_auto_priority_tpu_cuda_wgpu_cpu() {
     let auto = flags();
-    assert_eq!(plan(&auto, "tpu=8,cuda=4,wgpu=1").unwrap().accelerator, "tpu");
+    assert_eq!(
+        plan(&auto, "tpu=8,cuda=4,wgpu=1").unwrap().accelerator,
+        "tpu"
+    );
     assert_eq!(plan(&auto, "cuda=4,wgpu=1").unwrap().accelerator, "cuda");
     assert_eq!(plan(&auto, "wgpu=1").unwrap().accelerator, "wgpu");
     assert_eq!(plan(&auto, "cuda=0").unwrap().accelerator, "cpu");
@@ -59,16 +67,29 @@ fn a04_gpu_means_cuda_else_wgpu() {
 fn a05_unavailable_cuda_names_the_available_ones() {
     let e = err_of(&flags().accelerator("cuda"), "wgpu=1");
     assert!(e.message.contains("cuda is not available"), "{e}");
-    assert!(e.message.contains("available accelerators: cpu, wgpu"), "{e}");
+    assert!(
+        e.message.contains("available accelerators: cpu, wgpu"),
+        "{e}"
+    );
 }
 
 #[test]
 fn a06_zero_devices_is_not_a_number_of_devices() {
     for accel in ["cpu", "cuda", "tpu"] {
-        for d in [DevicesFlag::Count(0), DevicesFlag::parse("0").unwrap(), ids(&[])] {
-            let e = err_of(&flags().accelerator(accel).devices(d.clone()), "cuda=2,tpu=8");
+        for d in [
+            DevicesFlag::Count(0),
+            DevicesFlag::parse("0").unwrap(),
+            ids(&[]),
+        ] {
+            let e = err_of(
+                &flags().accelerator(accel).devices(d.clone()),
+                "cuda=2,tpu=8",
+            );
             assert_eq!(e.flag, "--trainer.devices");
-            assert!(e.message.contains("not a valid number of devices"), "{accel} {d}: {e}");
+            assert!(
+                e.message.contains("not a valid number of devices"),
+                "{accel} {d}: {e}"
+            );
         }
     }
 }
@@ -76,9 +97,17 @@ fn a06_zero_devices_is_not_a_number_of_devices() {
 #[test]
 fn a07_cpu_devices_count_processes() {
     let cpu = flags().accelerator("cpu");
-    assert_eq!(plan(&cpu.clone().devices(DevicesFlag::Count(1)), "").unwrap().strategy, "single_device");
+    assert_eq!(
+        plan(&cpu.clone().devices(DevicesFlag::Count(1)), "")
+            .unwrap()
+            .strategy,
+        "single_device"
+    );
     let p = plan(&cpu.clone().devices(DevicesFlag::Count(5)), "").unwrap();
-    assert_eq!((p.strategy.as_str(), p.devices.len(), p.world_size), ("ddp", 5, 5));
+    assert_eq!(
+        (p.strategy.as_str(), p.devices.len(), p.world_size),
+        ("ddp", 5, 5)
+    );
     assert_eq!(p.launcher(), Launcher::Local { processes: 5 });
     for bad in [DevicesFlag::Count(-1), ids(&[3])] {
         let e = err_of(&cpu.clone().devices(bad), "");
@@ -92,14 +121,20 @@ fn a08_gpu_device_parsing_with_16_devices() {
     let parsed = |s: &str| DevicesFlag::parse(s).unwrap();
     assert_eq!(cuda(DevicesFlag::Count(1)).unwrap().devices, [0]);
     assert_eq!(cuda(DevicesFlag::Count(3)).unwrap().devices, [0, 1, 2]);
-    assert_eq!(cuda(DevicesFlag::Count(-1)).unwrap().devices, (0..16).collect::<Vec<_>>());
+    assert_eq!(
+        cuda(DevicesFlag::Count(-1)).unwrap().devices,
+        (0..16).collect::<Vec<_>>()
+    );
     assert_eq!(cuda(ids(&[1, 3])).unwrap().devices, [1, 3]);
     assert_eq!(cuda(parsed("3")).unwrap().devices, [0, 1, 2]);
     assert_eq!(cuda(parsed("1, 3")).unwrap().devices, [1, 3]);
     let e = cuda(ids(&[0, 0])).unwrap_err();
     assert!(e.message.contains("ids must be unique"), "{e}");
     let e = cuda(ids(&[1, 2, 19])).unwrap_err();
-    assert!(e.message.contains("19") && e.message.contains("16 devices exist"), "{e}");
+    assert!(
+        e.message.contains("19") && e.message.contains("16 devices exist"),
+        "{e}"
+    );
     assert!(cuda(DevicesFlag::Count(17)).is_err());
 }
 
@@ -107,7 +142,11 @@ fn a08_gpu_device_parsing_with_16_devices() {
 fn a09_four_cuda_devices_default_to_ddp_with_the_local_launcher() {
     let p = plan(&flags(), "cuda=4").unwrap();
     assert_eq!(
-        (p.accelerator.as_str(), p.strategy.as_str(), p.devices.as_slice()),
+        (
+            p.accelerator.as_str(),
+            p.strategy.as_str(),
+            p.devices.as_slice()
+        ),
         ("cuda", "ddp", &[0, 1, 2, 3][..])
     );
     assert_eq!((p.cluster_environment.as_str(), p.world_size), ("local", 4));
@@ -126,7 +165,12 @@ fn a11_strategy_names_are_case_insensitive() {
     let e = err_of(&flags().strategy("fsdp2"), "");
     assert_eq!(e.flag, "--trainer.strategy");
     assert!(e.message.contains("auto, single_device, ddp"), "{e}");
-    let e = err_of(&flags().strategy("single_device").devices(DevicesFlag::Count(2)), "");
+    let e = err_of(
+        &flags()
+            .strategy("single_device")
+            .devices(DevicesFlag::Count(2)),
+        "",
+    );
     assert!(e.message.contains("use --trainer.strategy=ddp"), "{e}");
 }
 
@@ -135,7 +179,10 @@ fn a12_num_nodes_must_be_positive() {
     for n in [0, -1] {
         let e = err_of(&flags().num_nodes(n), "");
         assert_eq!(e.flag, "--trainer.num_nodes");
-        assert!(e.message.contains("num_nodes must be a positive integer"), "{e}");
+        assert!(
+            e.message.contains("num_nodes must be a positive integer"),
+            "{e}"
+        );
     }
     let p = plan(&flags().num_nodes(2), "").unwrap();
     assert_eq!((p.strategy.as_str(), p.world_size), ("ddp", 2));
@@ -148,9 +195,18 @@ fn a13_tpu_device_forms() {
     assert_eq!(tpu(DevicesFlag::Count(1)).unwrap().devices, [0]);
     assert_eq!(tpu(DevicesFlag::Count(8)).unwrap().devices.len(), 8);
     assert_eq!(tpu(ids(&[5])).unwrap().devices, [5]);
-    for bad in [DevicesFlag::Count(4), ids(&[1, 2]), ids(&[8]), DevicesFlag::Count(-1)] {
+    for bad in [
+        DevicesFlag::Count(4),
+        ids(&[1, 2]),
+        ids(&[8]),
+        DevicesFlag::Count(-1),
+    ] {
         let e = tpu(bad).unwrap_err();
-        assert!(e.message.contains("`auto`, 1, 8 (all of them), or a one-element list"), "{e}");
+        assert!(
+            e.message
+                .contains("`auto`, 1, 8 (all of them), or a one-element list"),
+            "{e}"
+        );
     }
 }
 
@@ -160,15 +216,25 @@ fn a14_precision_names() {
     for p in Precision::ALL {
         assert!(e.message.contains(p.name()), "{e}");
     }
-    assert_eq!(plan(&flags().precision("32-true"), "").unwrap().precision, Precision::F32True);
+    assert_eq!(
+        plan(&flags().precision("32-true"), "").unwrap().precision,
+        Precision::F32True
+    );
 }
 
 #[test]
 fn a14_a17_precisions_not_runnable_yet_are_refused_at_plan_time() {
-    for p in Precision::ALL.into_iter().filter(|p| *p != Precision::F32True) {
+    for p in Precision::ALL
+        .into_iter()
+        .filter(|p| *p != Precision::F32True)
+    {
         let e = err_of(&flags().precision(p.name()), "");
         assert_eq!(e.flag, "--trainer.precision");
-        assert!(e.message.contains("accelerator cpu cannot run") && e.message.contains("it runs: 32-true"), "{e}");
+        assert!(
+            e.message.contains("accelerator cpu cannot run")
+                && e.message.contains("it runs: 32-true"),
+            "{e}"
+        );
     }
 }
 
@@ -189,7 +255,11 @@ fn a15_16_mixed_on_cpu_warns_and_uses_bf16_mixed() {
     )
     .unwrap();
     assert_eq!(p.precision, Precision::Bf16Mixed);
-    assert!(p.warnings[0].contains("using bf16-mixed"), "{:?}", p.warnings);
+    assert!(
+        p.warnings[0].contains("using bf16-mixed"),
+        "{:?}",
+        p.warnings
+    );
 }
 
 const ELASTIC: [(&str, &str); 5] = [
@@ -218,7 +288,10 @@ fn a18_torchelastic_wins_over_slurm() {
     let vars: Vec<_> = ELASTIC.iter().chain(SLURM.iter()).copied().collect();
     let p = plan_with(&two_by_two(), "", &env(&vars)).unwrap();
     assert_eq!(p.cluster_environment, "torchelastic");
-    assert_eq!((p.world_size, p.global_rank, p.local_rank, p.node_rank), (4, 3, 1, 1));
+    assert_eq!(
+        (p.world_size, p.global_rank, p.local_rank, p.node_rank),
+        (4, 3, 1, 1)
+    );
     assert_eq!(p.launcher(), Launcher::None);
     let missing = env(&ELASTIC[..3]);
     let e = plan_with(&two_by_two(), "", &missing).unwrap_err();
@@ -229,12 +302,20 @@ fn a18_torchelastic_wins_over_slurm() {
 fn a19_slurm_ranks_and_main_address() {
     let p = plan_with(&two_by_two(), "", &env(&SLURM)).unwrap();
     assert_eq!(p.cluster_environment, "slurm");
-    assert_eq!((p.world_size, p.global_rank, p.local_rank, p.node_rank), (4, 2, 0, 1));
+    assert_eq!(
+        (p.world_size, p.global_rank, p.local_rank, p.node_rank),
+        (4, 2, 0, 1)
+    );
     assert_eq!(p.main_address, "node01");
     assert_eq!(p.main_port, ember::cluster::slurm_port(123456));
     let mut interactive = env(&SLURM);
     interactive.insert("SLURM_JOB_NAME".into(), "bash".into());
-    assert_eq!(plan_with(&flags(), "", &interactive).unwrap().cluster_environment, "local");
+    assert_eq!(
+        plan_with(&flags(), "", &interactive)
+            .unwrap()
+            .cluster_environment,
+        "local"
+    );
     let e = plan_with(&flags(), "", &env(&SLURM)).unwrap_err();
     assert!(e.message.contains("slurm environment started 4"), "{e}");
 }
@@ -256,7 +337,10 @@ fn a20_master_addr_and_port_override() {
 fn a21_local_ranks_from_local_rank_and_node_rank() {
     let vars = env(&[("LOCAL_RANK", "1"), ("NODE_RANK", "1")]);
     let p = plan_with(&two_by_two(), "", &vars).unwrap();
-    assert_eq!((p.global_rank, p.local_rank, p.node_rank, p.world_size), (3, 1, 1, 4));
+    assert_eq!(
+        (p.global_rank, p.local_rank, p.node_rank, p.world_size),
+        (3, 1, 1, 4)
+    );
     let e = plan_with(&flags(), "", &env(&[("LOCAL_RANK", "1")])).unwrap_err();
     assert_eq!(e.flag, "LOCAL_RANK");
 }
@@ -268,7 +352,11 @@ fn a22_explicit_environment_wins_over_detection() {
     let e = plan_with(&flags().cluster_environment("slurm"), "", &env(&[])).unwrap_err();
     assert_eq!(e.flag, "SLURM_NTASKS");
     let e = plan_with(&flags().cluster_environment("pbs"), "", &env(&[])).unwrap_err();
-    assert!(e.message.contains("torchelastic, slurm, lsf, mpi, kubeflow, local"), "{e}");
+    assert!(
+        e.message
+            .contains("torchelastic, slurm, lsf, mpi, kubeflow, local"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -282,7 +370,15 @@ fn lsf_mpi_and_kubeflow_environments() {
     ]);
     let p = plan_with(&two_by_two(), "", &lsf).unwrap();
     assert_eq!(p.cluster_environment, "lsf");
-    assert_eq!((p.global_rank, p.local_rank, p.node_rank, p.main_address.as_str()), (3, 1, 1, "hostA"));
+    assert_eq!(
+        (
+            p.global_rank,
+            p.local_rank,
+            p.node_rank,
+            p.main_address.as_str()
+        ),
+        (3, 1, 1, "hostA")
+    );
 
     let openmpi = env(&[
         ("OMPI_COMM_WORLD_SIZE", "2"),
@@ -292,11 +388,27 @@ fn lsf_mpi_and_kubeflow_environments() {
     ]);
     let p = plan_with(&flags().num_nodes(2), "", &openmpi).unwrap();
     assert_eq!(p.cluster_environment, "mpi");
-    assert_eq!((p.world_size, p.global_rank, p.local_rank, p.node_rank), (2, 1, 0, 1));
+    assert_eq!(
+        (p.world_size, p.global_rank, p.local_rank, p.node_rank),
+        (2, 1, 0, 1)
+    );
 
-    let mpich = env(&[("PMI_SIZE", "2"), ("PMI_RANK", "1"), ("MPI_LOCALRANKID", "1"), ("MPI_LOCALNRANKS", "2")]);
+    let mpich = env(&[
+        ("PMI_SIZE", "2"),
+        ("PMI_RANK", "1"),
+        ("MPI_LOCALRANKID", "1"),
+        ("MPI_LOCALNRANKS", "2"),
+    ]);
     let p = plan_with(&flags().devices(DevicesFlag::Count(2)), "", &mpich).unwrap();
-    assert_eq!((p.cluster_environment.as_str(), p.global_rank, p.local_rank, p.node_rank), ("mpi", 1, 1, 0));
+    assert_eq!(
+        (
+            p.cluster_environment.as_str(),
+            p.global_rank,
+            p.local_rank,
+            p.node_rank
+        ),
+        ("mpi", 1, 1, 0)
+    );
 
     let kubeflow = env(&[
         ("KUBERNETES_PORT", "tcp://10.0.0.1:443"),
@@ -307,12 +419,27 @@ fn lsf_mpi_and_kubeflow_environments() {
     ]);
     let p = plan_with(&flags().num_nodes(3), "", &kubeflow).unwrap();
     assert_eq!(p.cluster_environment, "kubeflow");
-    assert_eq!((p.global_rank, p.node_rank, p.main_address.as_str(), p.main_port), (2, 2, "job-master-0", 23456));
+    assert_eq!(
+        (
+            p.global_rank,
+            p.node_rank,
+            p.main_address.as_str(),
+            p.main_port
+        ),
+        (2, 2, "job-master-0", 23456)
+    );
 }
 
 #[test]
 fn injected_inventory_errors_name_the_variable() {
-    for bad in ["cuda", "cuda=x", "npu=2", "cpu=2", "cuda=1,cuda=2", "cuda=99999"] {
+    for bad in [
+        "cuda",
+        "cuda=x",
+        "npu=2",
+        "cpu=2",
+        "cuda=1,cuda=2",
+        "cuda=99999",
+    ] {
         let e = plan(&flags(), bad).unwrap_err();
         assert_eq!(e.flag, "EMBER_INVENTORY", "{bad}");
     }

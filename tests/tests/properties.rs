@@ -42,11 +42,32 @@ fn scalar() -> impl Strategy<Value = String> {
         "[a-z_0-9-]{0,12}",
         "\\PC{0,8}",
         prop::collection::vec(-2i64..20, 0..4).prop_map(|v| format!("{v:?}")),
-        prop::collection::vec(-2i64..20, 0..4)
-            .prop_map(|v| v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")),
+        prop::collection::vec(-2i64..20, 0..4).prop_map(|v| v
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")),
         prop::sample::select(vec![
-            "cpu", "cuda", "wgpu", "tpu", "gpu", "DDP", "single_device", "32-true", "bf16-mixed", "slurm", "node[01-04,07]",
-            "node[9-1]", "x[", "cuda=4", "cuda=4,wgpu=1", "tpu=8", "cpu=1", "1e9", "-1", "0",
+            "cpu",
+            "cuda",
+            "wgpu",
+            "tpu",
+            "gpu",
+            "DDP",
+            "single_device",
+            "32-true",
+            "bf16-mixed",
+            "slurm",
+            "node[01-04,07]",
+            "node[9-1]",
+            "x[",
+            "cuda=4",
+            "cuda=4,wgpu=1",
+            "tpu=8",
+            "cpu=1",
+            "1e9",
+            "-1",
+            "0",
         ])
         .prop_map(str::to_owned),
     ]
@@ -65,8 +86,16 @@ fn json_value() -> impl Strategy<Value = Value> {
 }
 
 fn environment() -> impl Strategy<Value = Env> {
-    let keys: Vec<&str> = INPUTS.iter().copied().filter(|k| !k.starts_with("--")).collect();
-    prop::collection::btree_map(prop::sample::select(keys).prop_map(str::to_owned), scalar(), 0..6)
+    let keys: Vec<&str> = INPUTS
+        .iter()
+        .copied()
+        .filter(|k| !k.starts_with("--"))
+        .collect();
+    prop::collection::btree_map(
+        prop::sample::select(keys).prop_map(str::to_owned),
+        scalar(),
+        0..6,
+    )
 }
 
 proptest! {

@@ -5,15 +5,35 @@ use ember_acceptance::{MixedCpu, WhoRuns, registry};
 
 #[test]
 fn a23_registering_a_name_twice_suggests_the_override() {
-    let err = registry::<WhoRuns>().register::<MixedCpu>().unwrap().register::<MixedCpu>().err().unwrap();
-    assert!(err.to_string().contains("already registered") && err.to_string().contains("register_override"));
+    let err = registry::<WhoRuns>()
+        .register::<MixedCpu>()
+        .unwrap()
+        .register::<MixedCpu>()
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("already registered")
+            && err.to_string().contains("register_override")
+    );
     let replaced = ember::registry::<WhoRuns>()
         .register_override::<ember_acceptance::PlannedTpu>()
         .unwrap()
         .register_override::<ember_acceptance::PlannedTpu>()
         .unwrap();
-    assert_eq!(replaced.catalog().accelerators.iter().filter(|a| a.name == "tpu").count(), 1);
-    assert!(ember::Registry::<WhoRuns>::new().register_strategy(ember::StrategyInfo::new("ddp", "again", true)).is_err());
+    assert_eq!(
+        replaced
+            .catalog()
+            .accelerators
+            .iter()
+            .filter(|a| a.name == "tpu")
+            .count(),
+        1
+    );
+    assert!(
+        ember::Registry::<WhoRuns>::new()
+            .register_strategy(ember::StrategyInfo::new("ddp", "again", true))
+            .is_err()
+    );
 }
 
 #[test]
@@ -38,7 +58,13 @@ fn a24_the_job_runs_monomorphized_for_the_selected_accelerator() {
 fn an_injected_accelerator_the_machine_lacks_is_refused_at_run_time() {
     let registry = registry::<WhoRuns>();
     let inventory = Inventory::parse("tpu=8", registry.catalog()).unwrap();
-    let plan = ember::connect(&TrainerFlags::default(), &ember::Env::new(), &inventory, registry.catalog()).unwrap();
+    let plan = ember::connect(
+        &TrainerFlags::default(),
+        &ember::Env::new(),
+        &inventory,
+        registry.catalog(),
+    )
+    .unwrap();
     assert_eq!(plan.accelerator, "tpu");
     let e = registry.check_hardware(&plan, &inventory).unwrap_err();
     assert_eq!(e.flag, "EMBER_INVENTORY");

@@ -74,7 +74,10 @@ pub fn process_stats() -> DeviceStats {
         stats.insert("rss_bytes".into(), process.memory() as f64);
         stats.insert("cpu_percent".into(), f64::from(process.cpu_usage()));
     }
-    stats.insert("host_memory_total_bytes".into(), system.total_memory() as f64);
+    stats.insert(
+        "host_memory_total_bytes".into(),
+        system.total_memory() as f64,
+    );
     stats
 }
 

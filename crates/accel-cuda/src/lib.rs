@@ -86,7 +86,9 @@ mod tests {
         let count = cuda_device_count();
         assert_eq!(CudaAccelerator::is_available(), count > 0);
         if count == 0 {
-            eprintln!("skip: no CUDA driver or device here; checked only that probing reports none");
+            eprintln!(
+                "skip: no CUDA driver or device here; checked only that probing reports none"
+            );
             assert!(memory_info(0).is_none());
         } else {
             let stats = CudaAccelerator::device_stats(&CudaDevice::new(0));

@@ -44,7 +44,11 @@ impl AcceleratorSpec {
 }
 
 fn probe<A: Accelerator>() -> usize {
-    if A::is_available() { A::auto_device_count() } else { 0 }
+    if A::is_available() {
+        A::auto_device_count()
+    } else {
+        0
+    }
 }
 
 /// Registered accelerators and strategies, in registration order.
@@ -78,7 +82,11 @@ impl Catalog {
 
     /// `auto, gpu, cpu, cuda, ...`: every name `--trainer.accelerator` accepts.
     pub fn accelerator_choices(&self) -> String {
-        list(RESERVED_ACCELERATOR_NAMES.into_iter().chain(self.accelerators.iter().map(|a| a.name)))
+        list(
+            RESERVED_ACCELERATOR_NAMES
+                .into_iter()
+                .chain(self.accelerators.iter().map(|a| a.name)),
+        )
     }
 
     /// `auto, single_device, ddp, ...`: every name `--trainer.strategy` accepts.

@@ -128,7 +128,11 @@ where
     }
 
     /// Parses this process's arguments and environment, runs the job, and returns the exit code.
-    pub fn run<J: Job>(&self, registry: &Registry<J>, make_job: impl FnOnce(Invocation<M, D>) -> J) -> ExitCode {
+    pub fn run<J: Job>(
+        &self,
+        registry: &Registry<J>,
+        make_job: impl FnOnce(Invocation<M, D>) -> J,
+    ) -> ExitCode {
         let env: Env = std::env::vars().collect();
         match self.execute(std::env::args(), &env, registry, make_job) {
             CliOutcome::Printed(text) => {
@@ -186,10 +190,16 @@ where
         let Some((sub, sub_matches)) = matches.subcommand() else {
             return CliOutcome::Failed {
                 code: 2,
-                message: format!("a subcommand is required: {}", list(Stage::ALL.map(Stage::name))),
+                message: format!(
+                    "a subcommand is required: {}",
+                    list(Stage::ALL.map(Stage::name))
+                ),
             };
         };
-        let stage = Stage::ALL.into_iter().find(|s| s.name() == sub).unwrap_or(Stage::Fit);
+        let stage = Stage::ALL
+            .into_iter()
+            .find(|s| s.name() == sub)
+            .unwrap_or(Stage::Fit);
         match self.prepare(sub_matches, section_overrides, &defaults, env, registry) {
             Err(e) => CliOutcome::bad_input(e),
             Ok(Prepared::Printed(text)) => CliOutcome::Printed(text),
@@ -226,19 +236,27 @@ where
         registry: &Registry<J>,
     ) -> Result<Prepared<M, D>, FlagError> {
         let mut sources = ConfigSources {
-            files: matches.get_many::<String>("config").into_iter().flatten().map(Into::into).collect(),
+            files: matches
+                .get_many::<String>("config")
+                .into_iter()
+                .flatten()
+                .map(Into::into)
+                .collect(),
             overrides: Vec::new(),
         };
         for (key, _) in TRAINER_KEYS {
             if let Some(value) = matches.get_many::<String>(key).and_then(|v| v.last()) {
-                sources.overrides.push((format!("trainer.{key}"), value.clone()));
+                sources
+                    .overrides
+                    .push((format!("trainer.{key}"), value.clone()));
             }
         }
         sources.overrides.extend(section_overrides);
         let merged = config::merge(defaults, &sources)?;
         if matches.get_flag("print-config") {
-            let yaml = serde_yaml::to_string(&merged)
-                .map_err(|e| FlagError::new("--print-config", "", format!("cannot print config: {e}")))?;
+            let yaml = serde_yaml::to_string(&merged).map_err(|e| {
+                FlagError::new("--print-config", "", format!("cannot print config: {e}"))
+            })?;
             return Ok(Prepared::Printed(yaml));
         }
         let trainer = TrainerFlags::from_value(&merged["trainer"])?;
@@ -264,29 +282,7 @@ where
 
     fn command<J: Job>(&self, registry: &Registry<J>, defaults: &Value) -> Command {
         let catalog = registry.catalog();
-        let mut names = String::new();
-        let _ = writeln!(names, "Accelerators (--trainer.accelerator):");
-        let _ = writeln!(names, "  {:<14}the best available one (tpu > cuda > wgpu > cpu)", "auto");
-        let _ = writeln!(names, "  {:<14}the best available GPU accelerator (cuda, else wgpu)", "gpu");
-        for a in &catalog.accelerators {
-            let _ = writeln!(names, "  {:<14}{}", a.name, a.description);
-        }
-        let _ = writeln!(names, "\nStrategies (--trainer.strategy):");
-        let _ = writeln!(names, "  {:<14}single_device for one process, else ddp", "auto");
-        for s in &catalog.strategies {
-            let _ = writeln!(names, "  {:<14}{}", s.name, s.description);
-        }
-        for section in ["model", "data"] {
-            let keys: Vec<&str> = defaults[section]
-                .as_object()
-                .map(|m| m.keys().map(String::as_str).collect())
-                .unwrap_or_default();
-            let _ = writeln!(names, "\n--{section}.KEY=VALUE sets the {section} section; keys: {}", list(keys));
-        }
-        let _ = write!(
-            names,
-            "\nEMBER_INVENTORY=cuda=4,wgpu=1 replaces hardware probing (for --print-plan)."
-        );
+        let names = names_help(catalog, defaults);
         let stage_args: Vec<Arg> = [
             Arg::new("config")
                 .long("config")
@@ -326,6 +322,52 @@ where
     }
 }
 
+/// The `--help` epilogue: registered accelerators and strategies, and the app's config keys.
+fn names_help(catalog: &crate::Catalog, defaults: &Value) -> String {
+    let accelerators = [
+        ("auto", "the best available one (tpu > cuda > wgpu > cpu)"),
+        (
+            "gpu",
+            "the best available GPU accelerator (cuda, else wgpu)",
+        ),
+    ]
+    .into_iter()
+    .chain(catalog.accelerators.iter().map(|a| (a.name, a.description)));
+    let strategies = std::iter::once(("auto", "single_device for one process, else ddp")).chain(
+        catalog
+            .strategies
+            .iter()
+            .map(|s| (s.name.as_str(), s.description.as_str())),
+    );
+    let mut text = String::new();
+    for (title, rows) in [
+        (
+            "Accelerators (--trainer.accelerator):",
+            accelerators.collect::<Vec<_>>(),
+        ),
+        ("Strategies (--trainer.strategy):", strategies.collect()),
+    ] {
+        let _ = writeln!(text, "{title}");
+        for (name, description) in rows {
+            let _ = writeln!(text, "  {name:<14}{description}");
+        }
+        text.push('\n');
+    }
+    for section in ["model", "data"] {
+        let keys: Vec<&str> = defaults[section]
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let _ = writeln!(
+            text,
+            "--{section}.KEY=VALUE sets the {section} section; keys: {}",
+            list(keys)
+        );
+    }
+    text.push_str("\nEMBER_INVENTORY=cuda=4,wgpu=1 replaces hardware probing (for --print-plan).");
+    text
+}
+
 enum Prepared<M, D> {
     Printed(String),
     Ready {
@@ -338,7 +380,9 @@ enum Prepared<M, D> {
 }
 
 /// Takes `--model.K=V` / `--data.K=V` (or `--model.K V`) out of the arguments, in order.
-fn split_section_overrides(args: Vec<String>) -> Result<(Vec<String>, Vec<(String, String)>), FlagError> {
+fn split_section_overrides(
+    args: Vec<String>,
+) -> Result<(Vec<String>, Vec<(String, String)>), FlagError> {
     let mut rest = Vec::with_capacity(args.len());
     let mut overrides = Vec::new();
     let mut iter = args.into_iter();
@@ -354,9 +398,9 @@ fn split_section_overrides(args: Vec<String>) -> Result<(Vec<String>, Vec<(Strin
         let (key, value) = match key.split_once('=') {
             Some((k, v)) => (k.to_owned(), v.to_owned()),
             None => {
-                let value = iter
-                    .next()
-                    .ok_or_else(|| FlagError::new(format!("--{key}"), "", "expected a value (--KEY=VALUE)"))?;
+                let value = iter.next().ok_or_else(|| {
+                    FlagError::new(format!("--{key}"), "", "expected a value (--KEY=VALUE)")
+                })?;
                 (key, value)
             }
         };
@@ -366,7 +410,11 @@ fn split_section_overrides(args: Vec<String>) -> Result<(Vec<String>, Vec<(Strin
 }
 
 /// Reads a user section, refusing top-level keys its defaults do not have.
-fn section<T: DeserializeOwned>(name: &str, merged: &Value, defaults: &Value) -> Result<T, FlagError> {
+fn section<T: DeserializeOwned>(
+    name: &str,
+    merged: &Value,
+    defaults: &Value,
+) -> Result<T, FlagError> {
     let value = &merged[name];
     if let (Some(given), Some(known)) = (value.as_object(), defaults[name].as_object()) {
         if let Some((key, v)) = given.iter().find(|(k, _)| !known.contains_key(*k)) {
@@ -377,6 +425,11 @@ fn section<T: DeserializeOwned>(name: &str, merged: &Value, defaults: &Value) ->
             ));
         }
     }
-    serde_json::from_value(value.clone())
-        .map_err(|e| FlagError::new(format!("--{name}"), render(value), format!("invalid {name} config: {e}")))
+    serde_json::from_value(value.clone()).map_err(|e| {
+        FlagError::new(
+            format!("--{name}"),
+            render(value),
+            format!("invalid {name} config: {e}"),
+        )
+    })
 }

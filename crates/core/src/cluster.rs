@@ -100,12 +100,18 @@ impl ClusterEnvironment {
                 has("SLURM_NTASKS") && !interactive
             }
             ClusterEnvironment::Lsf => has("LSB_JOBID") && has("JSM_NAMESPACE_SIZE"),
-            ClusterEnvironment::Mpi => has("OMPI_COMM_WORLD_SIZE") || (has("PMI_SIZE") && has("PMI_RANK")),
-            ClusterEnvironment::Kubeflow => {
-                ["KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"]
-                    .iter()
-                    .all(|k| has(k))
+            ClusterEnvironment::Mpi => {
+                has("OMPI_COMM_WORLD_SIZE") || (has("PMI_SIZE") && has("PMI_RANK"))
             }
+            ClusterEnvironment::Kubeflow => [
+                "KUBERNETES_PORT",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "WORLD_SIZE",
+                "RANK",
+            ]
+            .iter()
+            .all(|k| has(k)),
             ClusterEnvironment::Local => true,
         }
     }
@@ -157,7 +163,11 @@ impl Ranks {
     fn with_overrides(mut self, env: &Env) -> PlanResult<Self> {
         if let Some(addr) = env.get("MASTER_ADDR") {
             if addr.trim().is_empty() {
-                return Err(FlagError::new("MASTER_ADDR", addr, "expected a host name or IP address"));
+                return Err(FlagError::new(
+                    "MASTER_ADDR",
+                    addr,
+                    "expected a host name or IP address",
+                ));
             }
             self.main_address = addr.trim().to_owned();
         }
@@ -185,7 +195,11 @@ impl Ranks {
 fn parse_port(var: &str, value: &str) -> PlanResult<u16> {
     match value.trim().parse::<u16>() {
         Ok(p) if p > 0 => Ok(p),
-        _ => Err(FlagError::new(var, value, "expected a port number in 1..=65535")),
+        _ => Err(FlagError::new(
+            var,
+            value,
+            "expected a port number in 1..=65535",
+        )),
     }
 }
 
@@ -219,7 +233,12 @@ fn first_usize(env: &Env, vars: &[&str]) -> PlanResult<Option<usize>> {
     Ok(None)
 }
 
-fn default_ranks(world_size: usize, global_rank: usize, local_rank: usize, node_rank: usize) -> Ranks {
+fn default_ranks(
+    world_size: usize,
+    global_rank: usize,
+    local_rank: usize,
+    node_rank: usize,
+) -> Ranks {
     Ranks {
         world_size,
         global_rank,
@@ -248,7 +267,12 @@ fn local_ranks(env: &Env, devices_per_node: usize, num_nodes: usize) -> PlanResu
         ));
     }
     let world = devices_per_node * num_nodes;
-    Ok(default_ranks(world, node_rank * devices_per_node + local_rank, local_rank, node_rank))
+    Ok(default_ranks(
+        world,
+        node_rank * devices_per_node + local_rank,
+        local_rank,
+        node_rank,
+    ))
 }
 
 fn torchelastic_ranks(env: &Env) -> PlanResult<Ranks> {
@@ -274,7 +298,13 @@ fn slurm_ranks(env: &Env) -> PlanResult<Ranks> {
     let (var, nodelist) = ["SLURM_NODELIST", "SLURM_JOB_NODELIST"]
         .iter()
         .find_map(|v| env.get(*v).map(|l| (*v, l)))
-        .ok_or_else(|| FlagError::new("SLURM_NODELIST", "", "the slurm cluster environment needs SLURM_NODELIST to be set"))?;
+        .ok_or_else(|| {
+            FlagError::new(
+                "SLURM_NODELIST",
+                "",
+                "the slurm cluster environment needs SLURM_NODELIST to be set",
+            )
+        })?;
     ranks.main_address = first_host(nodelist).map_err(|m| FlagError::new(var, nodelist, m))?;
     if let Some(job_id) = optional_usize(env, "SLURM_JOB_ID")? {
         ranks.main_port = slurm_port(job_id);
@@ -298,8 +328,13 @@ fn lsf_ranks(env: &Env, devices_per_node: usize) -> PlanResult<Ranks> {
     )
     .check("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK")?;
     if let Some(hosts) = env.get("LSB_MCPU_HOSTS") {
-        ranks.main_address = lsf_first_compute_host(hosts)
-            .ok_or_else(|| FlagError::new("LSB_MCPU_HOSTS", hosts, "expected `host slots` pairs, the batch host first"))?;
+        ranks.main_address = lsf_first_compute_host(hosts).ok_or_else(|| {
+            FlagError::new(
+                "LSB_MCPU_HOSTS",
+                hosts,
+                "expected `host slots` pairs, the batch host first",
+            )
+        })?;
     }
     Ok(ranks)
 }
@@ -311,11 +346,17 @@ fn lsf_first_compute_host(hosts: &str) -> Option<String> {
 }
 
 fn mpi_ranks(env: &Env) -> PlanResult<Ranks> {
-    let (world_var, rank_var, local_var, local_size_var) = if env.contains_key("OMPI_COMM_WORLD_SIZE") {
-        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
-    } else {
-        ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-    };
+    let (world_var, rank_var, local_var, local_size_var) =
+        if env.contains_key("OMPI_COMM_WORLD_SIZE") {
+            (
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+            )
+        } else {
+            ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+        };
     let e = ClusterEnvironment::Mpi;
     let world = required_usize(env, world_var, e)?;
     let global = required_usize(env, rank_var, e)?;
@@ -386,7 +427,10 @@ fn expand_item(item: &str) -> Result<Vec<String>, String> {
     let Some(open) = item.find('[') else {
         return Ok(vec![item.to_owned()]);
     };
-    let close = item[open..].find(']').map(|c| open + c).ok_or("unbalanced brackets in node list")?;
+    let close = item[open..]
+        .find(']')
+        .map(|c| open + c)
+        .ok_or("unbalanced brackets in node list")?;
     let (prefix, ranges, rest) = (&item[..open], &item[open + 1..close], &item[close + 1..]);
     let tails = expand_item(rest)?;
     let mut out = Vec::new();
@@ -427,7 +471,10 @@ mod tests {
             ["node01", "node02", "node03", "node04", "node07"]
         );
         assert_eq!(expand_hostlist("a,b[1-2]").unwrap(), ["a", "b1", "b2"]);
-        assert_eq!(expand_hostlist("r[1-2]n[1-2]").unwrap(), ["r1n1", "r1n2", "r2n1", "r2n2"]);
+        assert_eq!(
+            expand_hostlist("r[1-2]n[1-2]").unwrap(),
+            ["r1n1", "r1n2", "r2n1", "r2n2"]
+        );
         assert_eq!(first_host("gpu-[9-10]").unwrap(), "gpu-9");
         assert!(expand_hostlist("n[1-").is_err());
         assert!(expand_hostlist("n[3-1]").is_err());
@@ -437,7 +484,10 @@ mod tests {
 
     #[test]
     fn lsf_hosts_skip_the_batch_host() {
-        assert_eq!(lsf_first_compute_host("batch 1 h1 42 h2 42").as_deref(), Some("h1"));
+        assert_eq!(
+            lsf_first_compute_host("batch 1 h1 42 h2 42").as_deref(),
+            Some("h1")
+        );
         assert_eq!(lsf_first_compute_host("only 4").as_deref(), Some("only"));
     }
 }

@@ -32,7 +32,11 @@ fn file_provider(path: &Path) -> PlanResult<Figment> {
     if !path.is_file() {
         return Err(FlagError::new("--config", shown, "file not found"));
     }
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
     let figment = match ext.as_str() {
         "yaml" | "yml" => Figment::from(Yaml::file_exact(path)),
         "toml" => Figment::from(Toml::file_exact(path)),
@@ -61,11 +65,17 @@ pub fn merge(defaults: &Value, sources: &ConfigSources) -> PlanResult<Value> {
         let flag = format!("--{key}");
         let mut parts = key.split('.');
         let section = parts.next().unwrap_or_default();
-        if !SECTIONS.contains(&section) || parts.clone().next().is_none() || key.split('.').any(str::is_empty) {
+        if !SECTIONS.contains(&section)
+            || parts.clone().next().is_none()
+            || key.split('.').any(str::is_empty)
+        {
             return Err(FlagError::new(
                 flag,
                 raw,
-                format!("expected --SECTION.KEY=VALUE with SECTION one of {}", list(SECTIONS)),
+                format!(
+                    "expected --SECTION.KEY=VALUE with SECTION one of {}",
+                    list(SECTIONS)
+                ),
             ));
         }
         figment = figment.merge(Serialized::default(key, parse_override_value(raw)));

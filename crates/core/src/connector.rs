@@ -12,16 +12,22 @@ use crate::precision::Precision;
 use crate::strategy::{DDP, SINGLE_DEVICE};
 
 /// Resolves flags into a plan for this process.
-pub fn connect(flags: &TrainerFlags, env: &Env, inventory: &Inventory, catalog: &Catalog) -> PlanResult<Plan> {
+pub fn connect(
+    flags: &TrainerFlags,
+    env: &Env,
+    inventory: &Inventory,
+    catalog: &Catalog,
+) -> PlanResult<Plan> {
     let mut warnings = Vec::new();
     let accelerator = select_accelerator(&flags.accelerator, inventory, catalog)?;
-    let devices = (accelerator.parse_devices)(&flags.devices, inventory.count(accelerator.name)).map_err(|m| {
-        FlagError::new(
-            "--trainer.devices",
-            flags.devices.to_string(),
-            format!("{m} (accelerator {})", accelerator.name),
-        )
-    })?;
+    let devices = (accelerator.parse_devices)(&flags.devices, inventory.count(accelerator.name))
+        .map_err(|m| {
+            FlagError::new(
+                "--trainer.devices",
+                flags.devices.to_string(),
+                format!("{m} (accelerator {})", accelerator.name),
+            )
+        })?;
     let num_nodes = check_num_nodes(flags.num_nodes)?;
     let precision = select_precision(&flags.precision, accelerator, &mut warnings)?;
     let environment = match ClusterEnvironment::parse_choice(&flags.cluster_environment)? {
@@ -30,7 +36,13 @@ pub fn connect(flags: &TrainerFlags, env: &Env, inventory: &Inventory, catalog: 
     };
     let ranks = environment.ranks(env, devices.len(), num_nodes)?;
     check_world(environment, &ranks, devices.len(), num_nodes)?;
-    let strategy = select_strategy(&flags.strategy, catalog, devices.len(), num_nodes, ranks.world_size)?;
+    let strategy = select_strategy(
+        &flags.strategy,
+        catalog,
+        devices.len(),
+        num_nodes,
+        ranks.world_size,
+    )?;
     Ok(Plan {
         accelerator: accelerator.name.to_owned(),
         strategy,
@@ -65,7 +77,11 @@ fn inventory_note(inventory: &Inventory) -> String {
         .unwrap_or_default()
 }
 
-fn select_accelerator<'c>(value: &str, inventory: &Inventory, catalog: &'c Catalog) -> PlanResult<&'c AcceleratorSpec> {
+fn select_accelerator<'c>(
+    value: &str,
+    inventory: &Inventory,
+    catalog: &'c Catalog,
+) -> PlanResult<&'c AcceleratorSpec> {
     let name = value.trim().to_ascii_lowercase();
     let err = |m: String| FlagError::new("--trainer.accelerator", value, m);
     let best = |eligible: &dyn Fn(&AcceleratorSpec) -> bool| {
@@ -92,7 +108,10 @@ fn select_accelerator<'c>(value: &str, inventory: &Inventory, catalog: &'c Catal
         }),
         _ => {
             let spec = catalog.accelerator(&name).ok_or_else(|| {
-                err(format!("unknown accelerator; registered: {}", catalog.accelerator_choices()))
+                err(format!(
+                    "unknown accelerator; registered: {}",
+                    catalog.accelerator_choices()
+                ))
             })?;
             if !inventory.is_available(spec.name) {
                 return Err(err(format!(
@@ -111,10 +130,20 @@ fn check_num_nodes(n: i64) -> PlanResult<usize> {
     usize::try_from(n)
         .ok()
         .filter(|n| (1..=1 << 20).contains(n))
-        .ok_or_else(|| FlagError::new("--trainer.num_nodes", n.to_string(), "num_nodes must be a positive integer"))
+        .ok_or_else(|| {
+            FlagError::new(
+                "--trainer.num_nodes",
+                n.to_string(),
+                "num_nodes must be a positive integer",
+            )
+        })
 }
 
-fn select_precision(value: &str, accelerator: &AcceleratorSpec, warnings: &mut Vec<String>) -> PlanResult<Precision> {
+fn select_precision(
+    value: &str,
+    accelerator: &AcceleratorSpec,
+    warnings: &mut Vec<String>,
+) -> PlanResult<Precision> {
     let asked = Precision::parse(value)?;
     let mut effective = asked;
     if asked == Precision::F16Mixed && accelerator.kind == AcceleratorKind::Cpu {
@@ -144,7 +173,12 @@ fn select_precision(value: &str, accelerator: &AcceleratorSpec, warnings: &mut V
 }
 
 /// Under an environment that started the processes, the flags must describe the same world.
-fn check_world(environment: ClusterEnvironment, ranks: &Ranks, devices: usize, num_nodes: usize) -> PlanResult<()> {
+fn check_world(
+    environment: ClusterEnvironment,
+    ranks: &Ranks,
+    devices: usize,
+    num_nodes: usize,
+) -> PlanResult<()> {
     if !environment.creates_processes_externally() {
         return Ok(());
     }
@@ -169,7 +203,13 @@ fn check_world(environment: ClusterEnvironment, ranks: &Ranks, devices: usize, n
     Ok(())
 }
 
-fn select_strategy(value: &str, catalog: &Catalog, devices: usize, num_nodes: usize, world: usize) -> PlanResult<String> {
+fn select_strategy(
+    value: &str,
+    catalog: &Catalog,
+    devices: usize,
+    num_nodes: usize,
+    world: usize,
+) -> PlanResult<String> {
     let name = value.trim().to_ascii_lowercase();
     let many = devices * num_nodes > 1 || world > 1;
     if name == "auto" {
@@ -179,7 +219,10 @@ fn select_strategy(value: &str, catalog: &Catalog, devices: usize, num_nodes: us
         FlagError::new(
             "--trainer.strategy",
             value,
-            format!("unknown strategy; registered: {}", catalog.strategy_choices()),
+            format!(
+                "unknown strategy; registered: {}",
+                catalog.strategy_choices()
+            ),
         )
     })?;
     if !info.distributed && many {

@@ -30,7 +30,10 @@ impl DevicesFlag {
     /// The error is a message for `--trainer.devices`.
     pub fn from_value(value: &Value) -> Result<Self, String> {
         match value {
-            Value::Number(n) => n.as_i64().map(DevicesFlag::Count).ok_or_else(not_an_integer),
+            Value::Number(n) => n
+                .as_i64()
+                .map(DevicesFlag::Count)
+                .ok_or_else(not_an_integer),
             Value::Array(items) => items
                 .iter()
                 .map(|v| match v {
@@ -104,7 +107,9 @@ pub fn cpu_devices(flag: &DevicesFlag) -> Result<Vec<usize>, String> {
     }
     match flag {
         DevicesFlag::Auto => Ok(vec![0]),
-        DevicesFlag::Count(n) if (1..=MAX_CPU_PROCESSES).contains(n) => Ok((0..*n as usize).collect()),
+        DevicesFlag::Count(n) if (1..=MAX_CPU_PROCESSES).contains(n) => {
+            Ok((0..*n as usize).collect())
+        }
         _ => Err(format!(
             "on cpu, devices must be an integer > 0 (a number of processes, at most {MAX_CPU_PROCESSES}) or `auto`"
         )),
@@ -174,8 +179,12 @@ pub fn tpu_devices(flag: &DevicesFlag, available: usize) -> Result<Vec<usize>, S
     match flag {
         DevicesFlag::Auto => Ok((0..available).collect()),
         DevicesFlag::Count(1) => Ok(vec![0]),
-        DevicesFlag::Count(n) if *n > 0 && *n as u64 == available as u64 => Ok((0..available).collect()),
-        DevicesFlag::Ids(ids) if ids.len() == 1 && ids[0] >= 0 && (ids[0] as u64) < available as u64 => {
+        DevicesFlag::Count(n) if *n > 0 && *n as u64 == available as u64 => {
+            Ok((0..available).collect())
+        }
+        DevicesFlag::Ids(ids)
+            if ids.len() == 1 && ids[0] >= 0 && (ids[0] as u64) < available as u64 =>
+        {
             Ok(vec![ids[0] as usize])
         }
         _ => Err(forms()),
@@ -185,7 +194,8 @@ pub fn tpu_devices(flag: &DevicesFlag, available: usize) -> Result<Vec<usize>, S
 impl DevicesFlag {
     /// `0`, `"0"` and `[]`: a request for no devices at all.
     fn is_empty_request(&self) -> bool {
-        matches!(self, DevicesFlag::Count(0)) || matches!(self, DevicesFlag::Ids(ids) if ids.is_empty())
+        matches!(self, DevicesFlag::Count(0))
+            || matches!(self, DevicesFlag::Ids(ids) if ids.is_empty())
     }
 }
 
@@ -198,7 +208,10 @@ mod tests {
     fn string_forms() {
         assert_eq!(DevicesFlag::parse("3"), Ok(DevicesFlag::Count(3)));
         assert_eq!(DevicesFlag::parse("1, 3"), Ok(DevicesFlag::Ids(vec![1, 3])));
-        assert_eq!(DevicesFlag::parse("[1,3]"), Ok(DevicesFlag::Ids(vec![1, 3])));
+        assert_eq!(
+            DevicesFlag::parse("[1,3]"),
+            Ok(DevicesFlag::Ids(vec![1, 3]))
+        );
         assert_eq!(DevicesFlag::parse("[]"), Ok(DevicesFlag::Ids(vec![])));
         assert_eq!(DevicesFlag::parse("2,"), Ok(DevicesFlag::Ids(vec![2])));
         assert_eq!(DevicesFlag::parse("AUTO"), Ok(DevicesFlag::Auto));
@@ -208,8 +221,14 @@ mod tests {
 
     #[test]
     fn value_forms() {
-        assert_eq!(DevicesFlag::from_value(&json!(2)), Ok(DevicesFlag::Count(2)));
-        assert_eq!(DevicesFlag::from_value(&json!([0, 1])), Ok(DevicesFlag::Ids(vec![0, 1])));
+        assert_eq!(
+            DevicesFlag::from_value(&json!(2)),
+            Ok(DevicesFlag::Count(2))
+        );
+        assert_eq!(
+            DevicesFlag::from_value(&json!([0, 1])),
+            Ok(DevicesFlag::Ids(vec![0, 1]))
+        );
         assert!(DevicesFlag::from_value(&json!(1.5)).is_err());
         assert!(DevicesFlag::from_value(&json!(null)).is_err());
         assert!(DevicesFlag::from_value(&json!({"a": 1})).is_err());

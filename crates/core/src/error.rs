@@ -18,7 +18,11 @@ pub struct FlagError {
 
 impl FlagError {
     /// A rejection of `value` for `flag`.
-    pub fn new(flag: impl Into<String>, value: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(
+        flag: impl Into<String>,
+        value: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             flag: flag.into(),
             value: value.into(),
@@ -29,7 +33,11 @@ impl FlagError {
 
 impl fmt::Display for FlagError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid {} value `{}`: {}", self.flag, self.value, self.message)
+        write!(
+            f,
+            "invalid {} value `{}`: {}",
+            self.flag, self.value, self.message
+        )
     }
 }
 

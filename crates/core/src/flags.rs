@@ -7,16 +7,31 @@ use crate::error::{FlagError, PlanResult, list};
 
 /// The trainer keys the connector reads, with a line of help each.
 pub const TRAINER_KEYS: [(&str, &str); 7] = [
-    ("accelerator", "accelerator name: auto, gpu, or a registered name [default: auto]"),
-    ("strategy", "strategy name: auto or a registered name [default: auto]"),
-    ("devices", "auto, a count, -1 for all, or a list of ids like [0,2] or \"0, 2\" [default: auto]"),
+    (
+        "accelerator",
+        "accelerator name: auto, gpu, or a registered name [default: auto]",
+    ),
+    (
+        "strategy",
+        "strategy name: auto or a registered name [default: auto]",
+    ),
+    (
+        "devices",
+        "auto, a count, -1 for all, or a list of ids like [0,2] or \"0, 2\" [default: auto]",
+    ),
     ("num_nodes", "number of nodes, an integer > 0 [default: 1]"),
-    ("precision", "32-true, 64-true, 16-true, bf16-true, 16-mixed or bf16-mixed [default: 32-true]"),
+    (
+        "precision",
+        "32-true, 64-true, 16-true, bf16-true, 16-mixed or bf16-mixed [default: 32-true]",
+    ),
     (
         "cluster_environment",
         "auto (detect), local, torchelastic, slurm, lsf, mpi or kubeflow [default: auto]",
     ),
-    ("max_epochs", "epochs to train, an integer > 0 [default: the app's]"),
+    (
+        "max_epochs",
+        "epochs to train, an integer > 0 [default: the app's]",
+    ),
 ];
 
 /// Unresolved trainer flags: what was asked for, before any hardware or environment is known.
@@ -118,7 +133,11 @@ impl TrainerFlags {
             Value::Object(m) => m,
             Value::Null => &empty,
             other => {
-                return Err(FlagError::new("--trainer", render(other), "expected a table of trainer options"));
+                return Err(FlagError::new(
+                    "--trainer",
+                    render(other),
+                    "expected a table of trainer options",
+                ));
             }
         };
         let mut flags = Self::default();
@@ -130,21 +149,30 @@ impl TrainerFlags {
                 "precision" => flags.precision = text(&flag, value)?,
                 "cluster_environment" => flags.cluster_environment = text(&flag, value)?,
                 "devices" => {
-                    flags.devices =
-                        DevicesFlag::from_value(value).map_err(|m| FlagError::new(&flag, render(value), m))?;
+                    flags.devices = DevicesFlag::from_value(value)
+                        .map_err(|m| FlagError::new(&flag, render(value), m))?;
                 }
-                "num_nodes" => flags.num_nodes = integer(&flag, value, "num_nodes must be a positive integer")?,
+                "num_nodes" => {
+                    flags.num_nodes = integer(&flag, value, "num_nodes must be a positive integer")?
+                }
                 "max_epochs" => {
                     let allowed = "max_epochs must be an integer > 0";
                     let epochs = integer(&flag, value, allowed)?;
-                    flags.max_epochs =
-                        Some(u64::try_from(epochs).ok().filter(|e| *e > 0).ok_or_else(|| FlagError::new(&flag, render(value), allowed))?);
+                    flags.max_epochs = Some(
+                        u64::try_from(epochs)
+                            .ok()
+                            .filter(|e| *e > 0)
+                            .ok_or_else(|| FlagError::new(&flag, render(value), allowed))?,
+                    );
                 }
                 _ => {
                     return Err(FlagError::new(
                         flag,
                         render(value),
-                        format!("unknown trainer option; known: {}", list(TRAINER_KEYS.map(|(k, _)| k))),
+                        format!(
+                            "unknown trainer option; known: {}",
+                            list(TRAINER_KEYS.map(|(k, _)| k))
+                        ),
                     ));
                 }
             }
@@ -166,7 +194,11 @@ fn text(flag: &str, value: &Value) -> PlanResult<String> {
     match value {
         Value::String(s) => Ok(s.clone()),
         Value::Number(_) | Value::Bool(_) => Ok(value.to_string()),
-        other => Err(FlagError::new(flag, render(other), "expected a single name")),
+        other => Err(FlagError::new(
+            flag,
+            render(other),
+            "expected a single name",
+        )),
     }
 }
 

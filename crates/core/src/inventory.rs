@@ -4,6 +4,7 @@
 //! test selection rules anywhere or to plan a cluster run from a laptop. `cpu` is always there.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use crate::catalog::Catalog;
 use crate::cluster::Env;
@@ -17,10 +18,27 @@ pub const CPU: &str = "cpu";
 pub const MAX_INJECTED_DEVICES: usize = 4096;
 
 /// Device counts per accelerator name.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// A probed inventory asks an accelerator's driver only when that accelerator's count is first
+/// needed, so `--trainer.accelerator=cpu` never loads the CUDA or Vulkan libraries.
+#[derive(Debug, Clone, Default)]
 pub struct Inventory {
-    counts: BTreeMap<String, usize>,
-    injected: Option<String>,
+    source: Source,
+}
+
+#[derive(Debug, Clone)]
+enum Source {
+    Injected {
+        counts: BTreeMap<String, usize>,
+        spec: String,
+    },
+    Probed(BTreeMap<String, (fn() -> usize, OnceLock<usize>)>),
+}
+
+impl Default for Source {
+    fn default() -> Self {
+        Source::Probed(BTreeMap::new())
+    }
 }
 
 impl Inventory {
@@ -32,14 +50,16 @@ impl Inventory {
         }
     }
 
-    /// Asks each registered accelerator how many devices it sees.
+    /// Asks the registered accelerators how many devices they see, each when first needed.
     pub fn probe(catalog: &Catalog) -> Self {
-        let counts = catalog
+        let probes = catalog
             .accelerators
             .iter()
-            .map(|a| (a.name.to_owned(), (a.probe)()))
+            .map(|a| (a.name.to_owned(), (a.probe, OnceLock::new())))
             .collect();
-        Self { counts, injected: None }
+        Self {
+            source: Source::Probed(probes),
+        }
     }
 
     /// Parses an injected inventory such as `cuda=4,wgpu=1` (accelerators not named have none).
@@ -47,15 +67,25 @@ impl Inventory {
         let err = |m: String| FlagError::new(INVENTORY_VAR, spec, m);
         let mut counts = BTreeMap::new();
         for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, count) = entry
-                .split_once('=')
-                .ok_or_else(|| err(format!("entry `{entry}` is not NAME=COUNT (e.g. cuda=4,wgpu=1)")))?;
+            let (name, count) = entry.split_once('=').ok_or_else(|| {
+                err(format!(
+                    "entry `{entry}` is not NAME=COUNT (e.g. cuda=4,wgpu=1)"
+                ))
+            })?;
             let name = name.trim().to_ascii_lowercase();
             if name == CPU {
-                return Err(err("cpu is always available and takes no count; list only other accelerators".into()));
+                return Err(err(
+                    "cpu is always available and takes no count; list only other accelerators"
+                        .into(),
+                ));
             }
             if catalog.accelerator(&name).is_none() {
-                let known: Vec<&str> = catalog.accelerators.iter().map(|a| a.name).filter(|n| *n != CPU).collect();
+                let known: Vec<&str> = catalog
+                    .accelerators
+                    .iter()
+                    .map(|a| a.name)
+                    .filter(|n| *n != CPU)
+                    .collect();
                 return Err(err(format!(
                     "`{name}` is not a registered accelerator; known: {}",
                     crate::error::list(known)
@@ -66,25 +96,21 @@ impl Inventory {
                 .parse()
                 .ok()
                 .filter(|c| *c <= MAX_INJECTED_DEVICES)
-                .ok_or_else(|| err(format!("count for `{name}` must be an integer in 0..={MAX_INJECTED_DEVICES}")))?;
+                .ok_or_else(|| {
+                    err(format!(
+                        "count for `{name}` must be an integer in 0..={MAX_INJECTED_DEVICES}"
+                    ))
+                })?;
             if counts.insert(name.clone(), count).is_some() {
                 return Err(err(format!("`{name}` is listed twice")));
             }
         }
         Ok(Self {
-            counts,
-            injected: Some(spec.to_owned()),
+            source: Source::Injected {
+                counts,
+                spec: spec.to_owned(),
+            },
         })
-    }
-
-    /// An inventory with exactly these counts, as if injected (for tests and tools).
-    pub fn injected<'a>(counts: impl IntoIterator<Item = (&'a str, usize)>) -> Self {
-        let counts: BTreeMap<String, usize> = counts.into_iter().map(|(n, c)| (n.to_owned(), c)).collect();
-        let spec = counts.iter().map(|(n, c)| format!("{n}={c}")).collect::<Vec<_>>().join(",");
-        Self {
-            counts,
-            injected: Some(spec),
-        }
     }
 
     /// Devices of accelerator `name` (cpu: always 1).
@@ -92,7 +118,12 @@ impl Inventory {
         if name == CPU {
             return 1;
         }
-        self.counts.get(name).copied().unwrap_or(0)
+        match &self.source {
+            Source::Injected { counts, .. } => counts.get(name).copied().unwrap_or(0),
+            Source::Probed(probes) => probes
+                .get(name)
+                .map_or(0, |(probe, count)| *count.get_or_init(probe)),
+        }
     }
 
     /// Whether accelerator `name` has at least one device.
@@ -102,6 +133,9 @@ impl Inventory {
 
     /// The `EMBER_INVENTORY` text this inventory came from, if it was injected.
     pub fn injected_spec(&self) -> Option<&str> {
-        self.injected.as_deref()
+        match &self.source {
+            Source::Injected { spec, .. } => Some(spec),
+            Source::Probed(_) => None,
+        }
     }
 }

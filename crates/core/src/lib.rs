@@ -36,4 +36,3 @@ pub use plan::{Launcher, Plan};
 pub use precision::Precision;
 pub use registry::{Registry, RegistryError};
 pub use strategy::StrategyInfo;
-

@@ -52,7 +52,9 @@ pub enum Launcher {
 impl Plan {
     /// The launcher this plan needs.
     pub fn launcher(&self) -> Launcher {
-        if self.cluster_environment == crate::cluster::ClusterEnvironment::Local.name() && self.devices.len() > 1 {
+        if self.cluster_environment == crate::cluster::ClusterEnvironment::Local.name()
+            && self.devices.len() > 1
+        {
             Launcher::Local {
                 processes: self.devices.len(),
             }

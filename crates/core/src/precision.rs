@@ -101,7 +101,10 @@ mod tests {
         for p in Precision::ALL {
             assert_eq!(Precision::parse(p.name()).unwrap(), p);
         }
-        assert_eq!(Precision::parse("BF16-Mixed").unwrap(), Precision::Bf16Mixed);
+        assert_eq!(
+            Precision::parse("BF16-Mixed").unwrap(),
+            Precision::Bf16Mixed
+        );
     }
 
     #[test]

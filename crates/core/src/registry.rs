@@ -57,7 +57,9 @@ impl std::error::Error for RegistryError {}
 fn check_name(what: &'static str, name: &str) -> Result<(), RegistryError> {
     let ok = !name.is_empty()
         && !RESERVED_ACCELERATOR_NAMES.contains(&name)
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
     if ok {
         Ok(())
     } else {
@@ -106,7 +108,12 @@ impl<J: Job> Registry<J> {
     /// Registers accelerator `A`, replacing any accelerator of the same name.
     pub fn register_override<A: Accelerator>(mut self) -> Result<Self, RegistryError> {
         check_name("accelerator", A::name())?;
-        match self.catalog.accelerators.iter().position(|a| a.name == A::name()) {
+        match self
+            .catalog
+            .accelerators
+            .iter()
+            .position(|a| a.name == A::name())
+        {
             Some(i) => {
                 self.catalog.accelerators[i] = AcceleratorSpec::of::<A>();
                 self.runners[i] = run_on::<J, A>;
@@ -145,8 +152,10 @@ impl<J: Job> Registry<J> {
     /// Refuses a plan that this machine cannot carry out: one made from an injected inventory
     /// (`EMBER_INVENTORY`) that names devices the real hardware lacks.
     pub fn check_hardware(&self, plan: &Plan, inventory: &Inventory) -> PlanResult<()> {
-        let (Some(spec), Some(accelerator)) = (inventory.injected_spec(), self.catalog.accelerator(&plan.accelerator))
-        else {
+        let (Some(spec), Some(accelerator)) = (
+            inventory.injected_spec(),
+            self.catalog.accelerator(&plan.accelerator),
+        ) else {
             return Ok(());
         };
         let present = (accelerator.probe)();
@@ -173,7 +182,9 @@ impl<J: Job> Registry<J> {
             .accelerators
             .iter()
             .position(|a| a.name == plan.accelerator)
-            .ok_or_else(|| anyhow::anyhow!("accelerator `{}` is not registered", plan.accelerator))?;
+            .ok_or_else(|| {
+                anyhow::anyhow!("accelerator `{}` is not registered", plan.accelerator)
+            })?;
         (self.runners[index])(job, plan)
     }
 }

@@ -36,14 +36,17 @@ impl Accelerator for XpuAccelerator {
     }
 
     fn auto_device_count() -> usize {
-        std::env::var(SLOTS_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(4)
+        std::env::var(SLOTS_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4)
     }
 
     fn parse_devices(flag: &DevicesFlag, available: usize) -> Result<Vec<usize>, String> {
         match flag {
-            DevicesFlag::Auto | DevicesFlag::Count(-1) => {
-                Err(format!("xpu slots must be asked for explicitly: a count in 1..={available} or a list of slot ids"))
-            }
+            DevicesFlag::Auto | DevicesFlag::Count(-1) => Err(format!(
+                "xpu slots must be asked for explicitly: a count in 1..={available} or a list of slot ids"
+            )),
             other => gpu_devices(other, available),
         }
     }

@@ -25,7 +25,13 @@ fn main() -> anyhow::Result<()> {
     let (mut flex, mut ndarray) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let (_, f) = fit_by_hand::<Autodiff<Flex>>(&FlexDevice, &model, &data, EPOCHS, |_, _| {})?;
-        let (_, n) = fit_by_hand::<Autodiff<NdArray>>(&NdArrayDevice::Cpu, &model, &data, EPOCHS, |_, _| {})?;
+        let (_, n) = fit_by_hand::<Autodiff<NdArray>>(
+            &NdArrayDevice::Cpu,
+            &model,
+            &data,
+            EPOCHS,
+            |_, _| {},
+        )?;
         println!(
             "round {round}: flex {:.0} steps/s (val_acc {:.3}), ndarray {:.0} steps/s (val_acc {:.3})",
             f.steps_per_second(),
@@ -37,7 +43,9 @@ fn main() -> anyhow::Result<()> {
         ndarray.push(n.steps_per_second());
     }
     let (f, n) = (median(flex), median(ndarray));
-    println!("median steps/s: flex {f:.0}, ndarray {n:.0} ({EPOCHS} epochs of digits, batch 64, MLP 64-256-256-10, Adam)");
+    println!(
+        "median steps/s: flex {f:.0}, ndarray {n:.0} ({EPOCHS} epochs of digits, batch 64, MLP 64-256-256-10, Adam)"
+    );
     println!("flex/ndarray speed: {:.2}x", f / n);
     Ok(())
 }

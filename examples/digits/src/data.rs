@@ -41,16 +41,28 @@ impl Digits {
         let mut text = String::new();
         flate2::read::GzDecoder::new(bytes).read_to_string(&mut text)?;
         let mut digits = Digits::default();
-        for (line_no, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (line_no, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             let values: Vec<u8> = line
                 .split(',')
                 .map(|v| v.trim().parse::<u8>())
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("line {}: not a list of integers", line_no + 1))?;
-            if values.len() != PIXELS + 1 || values[PIXELS] as usize >= CLASSES || values[..PIXELS].iter().any(|&p| p > 16) {
-                bail!("line {}: expected 64 pixels in 0..=16 and a label in 0..=9", line_no + 1);
+            if values.len() != PIXELS + 1
+                || values[PIXELS] as usize >= CLASSES
+                || values[..PIXELS].iter().any(|&p| p > 16)
+            {
+                bail!(
+                    "line {}: expected 64 pixels in 0..=16 and a label in 0..=9",
+                    line_no + 1
+                );
             }
-            digits.pixels.extend(values[..PIXELS].iter().map(|&p| f32::from(p) / 16.0));
+            digits
+                .pixels
+                .extend(values[..PIXELS].iter().map(|&p| f32::from(p) / 16.0));
             digits.labels.push(values[PIXELS]);
         }
         Ok(digits)
@@ -70,7 +82,8 @@ impl Digits {
     pub fn select(&self, indices: &[usize]) -> Digits {
         let mut out = Digits::default();
         for &i in indices {
-            out.pixels.extend_from_slice(&self.pixels[i * PIXELS..(i + 1) * PIXELS]);
+            out.pixels
+                .extend_from_slice(&self.pixels[i * PIXELS..(i + 1) * PIXELS]);
             out.labels.push(self.labels[i]);
         }
         out
@@ -81,7 +94,9 @@ impl Digits {
         let mut rng = StdRng::seed_from_u64(seed);
         let (mut train, mut val) = (Vec::new(), Vec::new());
         for class in 0..CLASSES as u8 {
-            let mut members: Vec<usize> = (0..self.len()).filter(|&i| self.labels[i] == class).collect();
+            let mut members: Vec<usize> = (0..self.len())
+                .filter(|&i| self.labels[i] == class)
+                .collect();
             members.shuffle(&mut rng);
             let n_val = (members.len() as f64 * val_fraction).round() as usize;
             val.extend_from_slice(&members[..n_val]);
@@ -96,7 +111,9 @@ impl Digits {
 /// The order of one epoch's samples, shuffled by `seed` and the epoch number.
 pub fn epoch_order(len: usize, seed: u64, epoch: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..len).collect();
-    order.shuffle(&mut StdRng::seed_from_u64(seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    order.shuffle(&mut StdRng::seed_from_u64(
+        seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    ));
     order
 }
 

@@ -52,9 +52,10 @@ impl Job for DigitsJob {
         }
         let device = A::parallel_devices(&[plan.local_device()]).remove(0);
         let epochs = usize::try_from(self.epochs)?;
-        let (_, report) = fit_by_hand::<A::Backend>(&device, &self.model, &self.data, epochs, |epoch, acc| {
-            println!("epoch {:>3}/{epochs}  val_acc {acc:.4}", epoch + 1);
-        })?;
+        let (_, report) =
+            fit_by_hand::<A::Backend>(&device, &self.model, &self.data, epochs, |epoch, acc| {
+                println!("epoch {:>3}/{epochs}  val_acc {acc:.4}", epoch + 1);
+            })?;
         println!(
             "trained {} steps in {:.2} s ({:.0} steps/s) on {}; final val_acc {:.4}",
             report.steps,

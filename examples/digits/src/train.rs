@@ -76,7 +76,11 @@ impl FitReport {
 }
 
 /// The images of `indices` as a `[n, 64]` tensor and their labels.
-pub fn batch<B: Backend>(data: &Digits, indices: &[usize], device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+pub fn batch<B: Backend>(
+    data: &Digits,
+    indices: &[usize],
+    device: &B::Device,
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
     let mut pixels = Vec::with_capacity(indices.len() * PIXELS);
     let mut labels = Vec::with_capacity(indices.len());
     for &i in indices {
@@ -92,7 +96,13 @@ pub fn batch<B: Backend>(data: &Digits, indices: &[usize], device: &B::Device) -
 pub fn accuracy<B: Backend>(model: &Mlp<B>, data: &Digits, device: &B::Device) -> f64 {
     let all: Vec<usize> = (0..data.len()).collect();
     let (x, y) = batch::<B>(data, &all, device);
-    let correct = model.forward(x).argmax(1).squeeze_dim::<1>(1).equal(y).int().sum();
+    let correct = model
+        .forward(x)
+        .argmax(1)
+        .squeeze_dim::<1>(1)
+        .equal(y)
+        .int()
+        .sum();
     let correct: i64 = correct.into_scalar().elem();
     correct as f64 / data.len() as f64
 }
@@ -120,7 +130,9 @@ pub fn fit_by_hand<B: AutodiffBackend>(
     };
     let start = Instant::now();
     for epoch in 0..epochs {
-        for indices in epoch_order(train.len(), data_config.seed, epoch).chunks(data_config.batch_size) {
+        for indices in
+            epoch_order(train.len(), data_config.seed, epoch).chunks(data_config.batch_size)
+        {
             let (x, y) = batch::<B>(&train, indices, device);
             let loss = loss_fn.forward(model.forward(x), y);
             let grads = GradientsParams::from_grads(loss.backward(), &model);

@@ -1,0 +1,145 @@
+//! End to end through the built `digits` binary: plans, exit codes, messages, and a short fit.
+
+use std::process::{Command, Output};
+
+/// Runs `digits` in an empty directory. Unless `env` says otherwise the machine is planned as
+/// CPU-only (`EMBER_INVENTORY=`), so the assertions hold on machines with GPUs or lavapipe too.
+fn digits(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(args)
+        .current_dir(dir.path())
+        .env("EMBER_INVENTORY", "")
+        .envs(env.iter().copied())
+        .output()
+        .expect("the binary runs");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    if !out.status.success() {
+        assert!(left.is_empty(), "a failed run wrote {left:?}");
+    }
+    out
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn print_plan_probes_this_machine() {
+    let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(["fit", "--print-plan", "--trainer.devices=1"])
+        .env_remove("EMBER_INVENTORY")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        ["cpu", "cuda", "wgpu"].contains(&plan["accelerator"].as_str().unwrap()),
+        "{plan}"
+    );
+}
+
+#[test]
+fn print_plan_with_only_a_cpu() {
+    let out = digits(&["fit", "--print-plan"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["accelerator"], "cpu");
+    assert_eq!(plan["strategy"], "single_device");
+    assert_eq!(plan["devices"], serde_json::json!([0]));
+    assert_eq!(plan["precision"], "32-true");
+}
+
+#[test]
+fn bad_flags_exit_2_with_one_message_naming_flag_and_value() {
+    for (args, needles) in [
+        (
+            &["fit", "--trainer.accelerator=invalid"][..],
+            &["--trainer.accelerator", "`invalid`", "auto, gpu, cpu"][..],
+        ),
+        (
+            &["fit", "--trainer.devices=0"],
+            &["--trainer.devices", "not a valid number of devices"],
+        ),
+        (
+            &["fit", "--trainer.devices=-1"],
+            &["--trainer.devices", "an integer > 0"],
+        ),
+        (
+            &["fit", "--trainer.num_nodes=0"],
+            &["num_nodes must be a positive integer"],
+        ),
+        (
+            &["fit", "--trainer.precision=fp8"],
+            &["--trainer.precision", "bf16-mixed"],
+        ),
+        (
+            &["fit", "--trainer.strategy=fsdp"],
+            &["--trainer.strategy", "single_device, ddp"],
+        ),
+        (
+            &["fit", "--model.depth=3"],
+            &["--model.depth", "hidden, lr"],
+        ),
+    ] {
+        let out = digits(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "one message: {err}");
+        for needle in needles {
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn gpu_without_a_gpu_is_refused() {
+    let out = digits(
+        &["fit", "--trainer.accelerator=gpu", "--print-plan"],
+        &[("EMBER_INVENTORY", "")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no GPU accelerator is available"));
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn injected_cuda_inventory_plans_ddp_on_four_devices_and_refuses_fit() {
+    let out = digits(&["fit", "--print-plan"], &[("EMBER_INVENTORY", "cuda=4")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["accelerator"], "cuda");
+    assert_eq!(plan["strategy"], "ddp");
+    assert_eq!(plan["devices"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(plan["cluster_environment"], "local");
+    assert_eq!(plan["world_size"], 4);
+    if ember::cuda::cuda_device_count() < 4 {
+        let out = digits(&["fit"], &[("EMBER_INVENTORY", "cuda=4")]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            stderr(&out).contains("unset EMBER_INVENTORY to train"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn fit_trains_on_cpu() {
+    let out = digits(&["fit", "--trainer.max_epochs=3"], &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", stderr(&out));
+    let last = stdout.lines().last().unwrap();
+    let acc: f64 = last.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(acc > 0.85, "3 epochs should already reach 85%: {last}");
+}
+
+#[test]
+fn stages_without_a_trainer_and_ddp_fail_clearly() {
+    let out = digits(&["validate"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("only `fit` runs today"));
+    let out = digits(&["fit", "--trainer.devices=2"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("multi-process training is not built yet"));
+}
