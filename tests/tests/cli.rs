@@ -142,7 +142,7 @@ fn a26_yaml_and_toml_configs_merge_in_order_and_overrides_win() {
             "--trainer.devices",
             "1",
         ],
-        &Env::new(),
+        &env(&[("EMBER_INVENTORY", "")]),
     );
     assert!(
         matches!(outcome, CliOutcome::Ran(("cpu", _))),

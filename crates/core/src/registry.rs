@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::accelerator::Accelerator;
+use crate::accelerator::{Accelerator, AcceleratorKind};
 use crate::catalog::{AcceleratorSpec, Catalog, RESERVED_ACCELERATOR_NAMES};
 use crate::error::{FlagError, PlanResult};
 use crate::inventory::{INVENTORY_VAR, Inventory};
@@ -159,7 +159,11 @@ impl<J: Job> Registry<J> {
             return Ok(());
         };
         let present = (accelerator.probe)();
-        let needed = plan.devices.iter().max().map_or(0, |d| d + 1);
+        // On a CPU, device ids are process slots: one host device serves them all.
+        let needed = match accelerator.kind {
+            AcceleratorKind::Cpu => 1,
+            _ => plan.devices.iter().max().map_or(0, |d| d + 1),
+        };
         if present < needed {
             return Err(FlagError::new(
                 INVENTORY_VAR,
