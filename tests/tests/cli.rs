@@ -29,13 +29,13 @@ fn cli() -> Cli<Model, Data> {
     Cli::new("app", "test app", Model::default(), Data::default())
 }
 
-fn execute(
-    args: &[&str],
-    env: &Env,
-) -> (
-    CliOutcome<(&'static str, &'static str)>,
+/// How a run ended, and the invocation the job was built from (if one was).
+type Executed = (
+    CliOutcome<<WhoRuns as ember::Job>::Output>,
     Option<Invocation<Model, Data>>,
-) {
+);
+
+fn execute(args: &[&str], env: &Env) -> Executed {
     let mut seen = None;
     let argv = std::iter::once("app")
         .chain(args.iter().copied())

@@ -203,13 +203,14 @@ where
         match self.prepare(sub_matches, section_overrides, &defaults, env, registry) {
             Err(e) => CliOutcome::bad_input(e),
             Ok(Prepared::Printed(text)) => CliOutcome::Printed(text),
-            Ok(Prepared::Ready {
-                trainer,
-                model,
-                data,
-                plan,
-                inventory,
-            }) => {
+            Ok(Prepared::Ready(ready)) => {
+                let Ready {
+                    trainer,
+                    model,
+                    data,
+                    plan,
+                    inventory,
+                } = *ready;
                 let job = make_job(Invocation {
                     stage,
                     trainer,
@@ -245,7 +246,10 @@ where
             overrides: Vec::new(),
         };
         for (key, _) in TRAINER_KEYS {
-            if let Some(value) = matches.get_many::<String>(key).and_then(|v| v.last()) {
+            if let Some(value) = matches
+                .get_many::<String>(key)
+                .and_then(|mut v| v.next_back())
+            {
                 sources
                     .overrides
                     .push((format!("trainer.{key}"), value.clone()));
@@ -271,13 +275,13 @@ where
             return Ok(Prepared::Printed(plan.to_json()));
         }
         registry.check_hardware(&plan, &inventory)?;
-        Ok(Prepared::Ready {
+        Ok(Prepared::Ready(Box::new(Ready {
             trainer,
             model,
             data,
             plan,
             inventory,
-        })
+        })))
     }
 
     fn command<J: Job>(&self, registry: &Registry<J>, defaults: &Value) -> Command {
@@ -370,19 +374,22 @@ fn names_help(catalog: &crate::Catalog, defaults: &Value) -> String {
 
 enum Prepared<M, D> {
     Printed(String),
-    Ready {
-        trainer: TrainerFlags,
-        model: M,
-        data: D,
-        plan: crate::plan::Plan,
-        inventory: Inventory,
-    },
+    Ready(Box<Ready<M, D>>),
 }
 
+struct Ready<M, D> {
+    trainer: TrainerFlags,
+    model: M,
+    data: D,
+    plan: crate::plan::Plan,
+    inventory: Inventory,
+}
+
+/// Arguments for clap, and the `(section.key, value)` overrides taken out of them.
+type SplitArgs = (Vec<String>, Vec<(String, String)>);
+
 /// Takes `--model.K=V` / `--data.K=V` (or `--model.K V`) out of the arguments, in order.
-fn split_section_overrides(
-    args: Vec<String>,
-) -> Result<(Vec<String>, Vec<(String, String)>), FlagError> {
+fn split_section_overrides(args: Vec<String>) -> Result<SplitArgs, FlagError> {
     let mut rest = Vec::with_capacity(args.len());
     let mut overrides = Vec::new();
     let mut iter = args.into_iter();
@@ -416,14 +423,14 @@ fn section<T: DeserializeOwned>(
     defaults: &Value,
 ) -> Result<T, FlagError> {
     let value = &merged[name];
-    if let (Some(given), Some(known)) = (value.as_object(), defaults[name].as_object()) {
-        if let Some((key, v)) = given.iter().find(|(k, _)| !known.contains_key(*k)) {
-            return Err(FlagError::new(
-                format!("--{name}.{key}"),
-                render(v),
-                format!("unknown {name} option; known: {}", list(known.keys())),
-            ));
-        }
+    if let (Some(given), Some(known)) = (value.as_object(), defaults[name].as_object())
+        && let Some((key, v)) = given.iter().find(|(k, _)| !known.contains_key(*k))
+    {
+        return Err(FlagError::new(
+            format!("--{name}.{key}"),
+            render(v),
+            format!("unknown {name} option; known: {}", list(known.keys())),
+        ));
     }
     serde_json::from_value(value.clone()).map_err(|e| {
         FlagError::new(

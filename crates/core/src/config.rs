@@ -83,14 +83,14 @@ pub fn merge(defaults: &Value, sources: &ConfigSources) -> PlanResult<Value> {
     let merged: Value = figment
         .extract()
         .map_err(|e| FlagError::new("--config", "", format!("cannot merge config: {e}")))?;
-    if let Value::Object(map) = &merged {
-        if let Some(key) = map.keys().find(|k| !SECTIONS.contains(&k.as_str())) {
-            return Err(FlagError::new(
-                "--config",
-                key,
-                format!("unknown top-level key; allowed: {}", list(SECTIONS)),
-            ));
-        }
+    if let Value::Object(map) = &merged
+        && let Some(key) = map.keys().find(|k| !SECTIONS.contains(&k.as_str()))
+    {
+        return Err(FlagError::new(
+            "--config",
+            key,
+            format!("unknown top-level key; allowed: {}", list(SECTIONS)),
+        ));
     }
     Ok(merged)
 }

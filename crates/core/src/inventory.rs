@@ -26,13 +26,16 @@ pub struct Inventory {
     source: Source,
 }
 
+/// An accelerator's probe and its answer, once asked.
+type Probe = (fn() -> usize, OnceLock<usize>);
+
 #[derive(Debug, Clone)]
 enum Source {
     Injected {
         counts: BTreeMap<String, usize>,
         spec: String,
     },
-    Probed(BTreeMap<String, (fn() -> usize, OnceLock<usize>)>),
+    Probed(BTreeMap<String, Probe>),
 }
 
 impl Default for Source {
