@@ -19,6 +19,13 @@ if ((${#missing[@]})); then
     "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Python's tensorboard package: the tests read ember's TensorBoard event files back with
+# TensorBoard's own reader.
+if ! python3 -c "import tensorboard" 2>/dev/null; then
+    echo "setup: installing tensorboard (pip)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore tensorboard
+fi
+
 # The pinned toolchain (rust-toolchain.toml) with rustfmt and clippy.
 rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 echo "setup: ok"

@@ -16,6 +16,7 @@ cargo xtask <task>
   test-matrix        cpu: all tests; cuda: build + unit/acceptance tests (no GPU needed);
                      wgpu: build + tests (lavapipe when no GPU); prints backend x result
   bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
+  bench overhead [ROUNDS]       the Trainer vs a hand-written burn loop (digits, cpu)
   lint               fmt --check, clippy -D warnings (all targets, all features)
   ci                 lint, then test
   setup              install system packages the tests need (scripts/setup.sh)
@@ -163,8 +164,13 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
+            Some(&"overhead") => {
+                let mut cargo = vec!["bench", "-p", "digits", "--bench", "overhead", "--"];
+                cargo.extend(&rest[1..]);
+                run("cargo", &cargo, &[])
+            }
             other => {
-                eprintln!("xtask: unknown benchmark {other:?}; available: cpu-backends");
+                eprintln!("xtask: unknown benchmark {other:?}; available: cpu-backends, overhead");
                 false
             }
         },

@@ -47,6 +47,20 @@ impl Accelerator for CpuAccelerator {
         ids.iter().map(|_| FlexDevice).collect()
     }
 
+    fn deterministic() -> Result<(), String> {
+        // burn-flex sums large tensors in rayon chunks and combines the partial sums in the
+        // order work stealing gives; with one rayon thread that order is fixed.
+        match std::env::var("RAYON_NUM_THREADS").as_deref() {
+            Ok("1") => Ok(()),
+            _ => Err(
+                "burn-flex adds up tensors of over 64K elements in parallel chunks whose \
+                      partial sums combine in the order rayon's work stealing gives; set \
+                      RAYON_NUM_THREADS=1 for bitwise repeatable runs"
+                    .into(),
+            ),
+        }
+    }
+
     fn device_stats(_device: &FlexDevice) -> DeviceStats {
         process_stats()
     }

@@ -58,6 +58,14 @@ impl Accelerator for CudaAccelerator {
         ids.iter().map(|&index| CudaDevice::new(index)).collect()
     }
 
+    fn deterministic() -> Result<(), String> {
+        Err(
+            "burn-cuda 0.21 has no switch that fixes kernel selection and the order of parallel \
+             reductions, so bitwise repeatability is not guaranteed"
+                .into(),
+        )
+    }
+
     fn device_stats(device: &CudaDevice) -> DeviceStats {
         let mut stats = DeviceStats::new();
         if let Some((free, total)) = memory_info(device.index) {

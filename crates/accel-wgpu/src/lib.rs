@@ -87,6 +87,14 @@ impl Accelerator for WgpuAccelerator {
             .collect()
     }
 
+    fn deterministic() -> Result<(), String> {
+        Err(
+            "burn-wgpu 0.21 has no switch that fixes kernel selection and the order of parallel \
+             reductions, so bitwise repeatability is not guaranteed"
+                .into(),
+        )
+    }
+
     fn device_stats(device: &WgpuDevice) -> DeviceStats {
         let mut stats = DeviceStats::new();
         let index = devices_of(&adapters()).iter().position(|d| d == device);

@@ -75,6 +75,12 @@ pub trait Accelerator: 'static {
     /// Figures about one device for monitoring (memory, utilisation ...).
     fn device_stats(device: &DeviceOf<Self>) -> DeviceStats;
 
+    /// Whether its kernels give bitwise reproducible results (`--trainer.deterministic=true`);
+    /// the error says why not.
+    fn deterministic() -> Result<(), String> {
+        Err("no deterministic mode is known for this backend".into())
+    }
+
     /// The precisions this accelerator's registered backends can run today.
     fn precisions() -> &'static [Precision] {
         &[Precision::F32True]

@@ -16,7 +16,7 @@ use crate::cluster::Env;
 use crate::config::{self, ConfigSources};
 use crate::connector::connect;
 use crate::error::{FlagError, list};
-use crate::flags::{TRAINER_KEYS, TrainerFlags, render};
+use crate::flags::{TrainerFlags, render, trainer_keys};
 use crate::inventory::Inventory;
 use crate::job::Job;
 use crate::registry::Registry;
@@ -133,6 +133,7 @@ where
         registry: &Registry<J>,
         make_job: impl FnOnce(Invocation<M, D>) -> J,
     ) -> ExitCode {
+        init_tracing();
         let env: Env = std::env::vars().collect();
         match self.execute(std::env::args(), &env, registry, make_job) {
             CliOutcome::Printed(text) => {
@@ -245,7 +246,7 @@ where
                 .collect(),
             overrides: Vec::new(),
         };
-        for (key, _) in TRAINER_KEYS {
+        for (key, _) in trainer_keys() {
             if let Some(value) = matches
                 .get_many::<String>(key)
                 .and_then(|mut v| v.next_back())
@@ -303,7 +304,7 @@ where
                 .help("Print the resolved plan as JSON and exit without training"),
         ]
         .into_iter()
-        .chain(TRAINER_KEYS.iter().map(|(key, help)| {
+        .chain(trainer_keys().map(|(key, help)| {
             Arg::new(*key)
                 .long(format!("trainer.{key}"))
                 .value_name("VALUE")
@@ -324,6 +325,23 @@ where
                     .after_help(names.clone())
             }))
     }
+}
+
+/// Sends `tracing` events (the text logger's metrics, warnings) to stderr, filtered by
+/// `RUST_LOG` (e.g. `ember=info`; default: warnings only). A subscriber the application
+/// installed first is kept.
+fn init_tracing() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|spec| spec.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::WARN));
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(filter)
+        .try_init();
 }
 
 /// The `--help` epilogue: registered accelerators and strategies, and the app's config keys.

@@ -4,9 +4,10 @@ use serde_json::{Map, Value, json};
 
 use crate::devices::DevicesFlag;
 use crate::error::{FlagError, PlanResult, list};
+use crate::trainer::options::{OPTION_KEYS, TrainerOptions, is_option_key};
 
 /// The trainer keys the connector reads, with a line of help each.
-pub const TRAINER_KEYS: [(&str, &str); 7] = [
+pub const PLAN_KEYS: [(&str, &str); 6] = [
     (
         "accelerator",
         "accelerator name: auto, gpu, or a registered name [default: auto]",
@@ -28,14 +29,15 @@ pub const TRAINER_KEYS: [(&str, &str); 7] = [
         "cluster_environment",
         "auto (detect), local, torchelastic, slurm, lsf, mpi or kubeflow [default: auto]",
     ),
-    (
-        "max_epochs",
-        "epochs to train, an integer > 0 [default: the app's]",
-    ),
 ];
 
+/// Every `trainer` key: the plan keys, then the loop options.
+pub fn trainer_keys() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    PLAN_KEYS.iter().chain(OPTION_KEYS.iter())
+}
+
 /// Unresolved trainer flags: what was asked for, before any hardware or environment is known.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TrainerFlags {
     /// `auto`, `gpu`, or a registered accelerator name.
     pub accelerator: String,
@@ -49,8 +51,8 @@ pub struct TrainerFlags {
     pub precision: String,
     /// `auto` or a cluster environment name.
     pub cluster_environment: String,
-    /// Epochs to train; `None` leaves it to the app.
-    pub max_epochs: Option<u64>,
+    /// The loop options (epochs, limits, callbacks, loggers ...).
+    pub options: TrainerOptions,
 }
 
 impl Default for TrainerFlags {
@@ -62,7 +64,7 @@ impl Default for TrainerFlags {
             num_nodes: 1,
             precision: "32-true".into(),
             cluster_environment: "auto".into(),
-            max_epochs: None,
+            options: TrainerOptions::default(),
         }
     }
 }
@@ -101,7 +103,13 @@ impl TrainerFlags {
 
     /// Sets the number of epochs.
     pub fn max_epochs(mut self, epochs: u64) -> Self {
-        self.max_epochs = Some(epochs);
+        self.options.max_epochs = Some(epochs);
+        self
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.options.seed = Some(seed);
         self
     }
 
@@ -120,8 +128,8 @@ impl TrainerFlags {
             "precision": self.precision,
             "cluster_environment": self.cluster_environment,
         });
-        if let Some(epochs) = self.max_epochs {
-            value["max_epochs"] = json!(epochs);
+        if let Value::Object(map) = &mut value {
+            map.extend(self.options.to_value());
         }
         value
     }
@@ -155,23 +163,14 @@ impl TrainerFlags {
                 "num_nodes" => {
                     flags.num_nodes = integer(&flag, value, "num_nodes must be a positive integer")?
                 }
-                "max_epochs" => {
-                    let allowed = "max_epochs must be an integer > 0";
-                    let epochs = integer(&flag, value, allowed)?;
-                    flags.max_epochs = Some(
-                        u64::try_from(epochs)
-                            .ok()
-                            .filter(|e| *e > 0)
-                            .ok_or_else(|| FlagError::new(&flag, render(value), allowed))?,
-                    );
-                }
+                _ if is_option_key(key) => flags.options.set(key, value)?,
                 _ => {
                     return Err(FlagError::new(
                         flag,
                         render(value),
                         format!(
                             "unknown trainer option; known: {}",
-                            list(TRAINER_KEYS.map(|(k, _)| k))
+                            list(trainer_keys().map(|(k, _)| k))
                         ),
                     ));
                 }

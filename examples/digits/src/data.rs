@@ -2,11 +2,19 @@
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use ember::{DataModule, Loader, Stage};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+
+use crate::train::DataConfig;
 
 /// Pixels per image (8×8).
 pub const PIXELS: usize = 64;
@@ -108,13 +116,133 @@ impl Digits {
     }
 }
 
-/// The order of one epoch's samples, shuffled by `seed` and the epoch number.
-pub fn epoch_order(len: usize, seed: u64, epoch: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..len).collect();
-    order.shuffle(&mut StdRng::seed_from_u64(
-        seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-    ));
-    order
+/// One image and its label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DigitItem {
+    /// Pixels scaled to 0..1.
+    pub pixels: [f32; PIXELS],
+    /// The digit.
+    pub label: u8,
+}
+
+impl Digits {
+    /// The images as dataset items.
+    pub fn items(&self) -> Vec<DigitItem> {
+        self.pixels
+            .chunks_exact(PIXELS)
+            .zip(&self.labels)
+            .map(|(p, &label)| DigitItem {
+                pixels: p.try_into().expect("PIXELS values"),
+                label,
+            })
+            .collect()
+    }
+}
+
+/// A batch: images `[n, 64]` and labels `[n]`.
+#[derive(Debug, Clone)]
+pub struct DigitsBatch<B: Backend> {
+    /// Pixels.
+    pub images: Tensor<B, 2>,
+    /// Labels.
+    pub labels: Tensor<B, 1, Int>,
+}
+
+/// The images and labels of `data` at `indices` as one batch.
+pub fn batch_of<B: Backend>(
+    data: &Digits,
+    indices: &[usize],
+    device: &B::Device,
+) -> DigitsBatch<B> {
+    let mut pixels = Vec::with_capacity(indices.len() * PIXELS);
+    let mut labels = Vec::with_capacity(indices.len());
+    for &i in indices {
+        pixels.extend_from_slice(&data.pixels[i * PIXELS..(i + 1) * PIXELS]);
+        labels.push(i64::from(data.labels[i]));
+    }
+    DigitsBatch {
+        images: Tensor::from_data(TensorData::new(pixels, [indices.len(), PIXELS]), device),
+        labels: Tensor::from_data(TensorData::new(labels, [indices.len()]), device),
+    }
+}
+
+/// Stacks items into a [`DigitsBatch`] on any backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DigitsBatcher;
+
+impl<B: Backend> Batcher<B, DigitItem, DigitsBatch<B>> for DigitsBatcher {
+    fn batch(&self, items: Vec<DigitItem>, device: &B::Device) -> DigitsBatch<B> {
+        let mut pixels = Vec::with_capacity(items.len() * PIXELS);
+        let mut labels = Vec::with_capacity(items.len());
+        for item in &items {
+            pixels.extend_from_slice(&item.pixels);
+            labels.push(i64::from(item.label));
+        }
+        DigitsBatch {
+            images: Tensor::from_data(TensorData::new(pixels, [items.len(), PIXELS]), device),
+            labels: Tensor::from_data(TensorData::new(labels, [items.len()]), device),
+        }
+    }
+}
+
+/// The digits data module: a stratified train/val split of the shipped (or a given) file.
+/// Validation, test and predict all use the held-out split.
+pub struct DigitsData {
+    config: DataConfig,
+    batcher: DigitsBatcher,
+    train: Option<Arc<InMemDataset<DigitItem>>>,
+    val: Option<Arc<InMemDataset<DigitItem>>>,
+}
+
+impl DigitsData {
+    /// A data module for this config (nothing is read before `setup`).
+    pub fn new(config: DataConfig) -> Self {
+        Self {
+            config,
+            batcher: DigitsBatcher,
+            train: None,
+            val: None,
+        }
+    }
+
+    fn loader(&self, set: &Option<Arc<InMemDataset<DigitItem>>>) -> Option<Loader<DigitItem>> {
+        let set = Arc::clone(set.as_ref()?);
+        Some(Loader::new(set, self.config.batch_size))
+    }
+}
+
+impl DataModule for DigitsData {
+    type Item = DigitItem;
+    type Batcher = DigitsBatcher;
+
+    fn setup(&mut self, _stage: Stage) -> anyhow::Result<()> {
+        if self.train.is_none() {
+            let (train, val) = self.config.load()?;
+            self.train = Some(Arc::new(InMemDataset::new(train.items())));
+            self.val = Some(Arc::new(InMemDataset::new(val.items())));
+        }
+        Ok(())
+    }
+
+    fn batcher(&self) -> &DigitsBatcher {
+        &self.batcher
+    }
+
+    fn train_loader(&self) -> Option<Loader<DigitItem>> {
+        self.loader(&self.train).map(Loader::shuffled)
+    }
+
+    fn val_loader(&self) -> Option<Loader<DigitItem>> {
+        self.loader(&self.val)
+    }
+
+    fn test_loader(&self) -> Option<Loader<DigitItem>> {
+        self.loader(&self.val)
+    }
+
+    fn predict_loader(&self) -> Option<Loader<DigitItem>> {
+        self.loader(&self.val)
+    }
 }
 
 #[cfg(test)]

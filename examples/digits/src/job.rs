@@ -1,13 +1,20 @@
-//! The digits job: what `digits fit` runs on the accelerator the plan selects.
+//! The digits job: what `digits fit|validate|test|predict` runs on the accelerator the plan
+//! selects, through ember's Trainer.
 
 use anyhow::bail;
-use ember::{Accelerator, Invocation, Job, Plan, Stage, strategy::SINGLE_DEVICE};
+use burn::tensor::backend::AutodiffBackend;
+use ember::strategy::SINGLE_DEVICE;
+use ember::{Accelerator, Invocation, Job, Plan, Stage, Trainer, TrainerOptions};
+use serde_json::{Value, json};
 
-use crate::model::ModelConfig;
-use crate::train::{DataConfig, FitReport, fit_by_hand};
+use crate::data::DigitsData;
+use crate::model::{DigitsModel, ModelConfig};
+use crate::train::DataConfig;
 
 /// Epochs when `--trainer.max_epochs` is not given.
 pub const DEFAULT_EPOCHS: u64 = 30;
+/// Seed when `--trainer.seed` is not given.
+pub const DEFAULT_SEED: u64 = 42;
 
 /// A digits run, built from the CLI's invocation.
 #[derive(Debug, Clone)]
@@ -18,31 +25,51 @@ pub struct DigitsJob {
     pub model: ModelConfig,
     /// The `data` section.
     pub data: DataConfig,
-    /// Epochs to train.
-    pub epochs: u64,
+    /// The Trainer's loop options.
+    pub options: TrainerOptions,
+    /// The whole merged config, recorded as hyperparameters.
+    pub hparams: Value,
 }
 
 impl From<Invocation<ModelConfig, DataConfig>> for DigitsJob {
     fn from(inv: Invocation<ModelConfig, DataConfig>) -> Self {
+        let hparams = json!({
+            "trainer": inv.trainer.to_value(),
+            "model": serde_json::to_value(&inv.model).unwrap_or(Value::Null),
+            "data": serde_json::to_value(&inv.data).unwrap_or(Value::Null),
+        });
         Self {
             stage: inv.stage,
             model: inv.model,
             data: inv.data,
-            epochs: inv.trainer.max_epochs.unwrap_or(DEFAULT_EPOCHS),
+            options: inv.trainer.options,
+            hparams,
         }
     }
 }
 
-impl Job for DigitsJob {
-    type Output = FitReport;
+/// What a digits run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DigitsOutput {
+    /// `fit`: optimizer steps, seconds, and the final metrics.
+    Fit {
+        /// Optimizer steps.
+        steps: u64,
+        /// Wall time of the fit loop.
+        seconds: f64,
+        /// Latest `val_acc`.
+        val_acc: Option<f64>,
+    },
+    /// `validate` / `test`: the pass's metrics.
+    Metrics(std::collections::BTreeMap<String, f64>),
+    /// `predict`: the predicted digit of each held-out image.
+    Predictions(Vec<i64>),
+}
 
-    fn run<A: Accelerator>(self, plan: &Plan) -> anyhow::Result<FitReport> {
-        if self.stage != Stage::Fit {
-            bail!(
-                "`digits {}` needs ember's Trainer, which is not built yet; only `fit` runs today",
-                self.stage.name()
-            );
-        }
+impl Job for DigitsJob {
+    type Output = DigitsOutput;
+
+    fn run<A: Accelerator>(self, plan: &Plan) -> anyhow::Result<DigitsOutput> {
         if plan.strategy != SINGLE_DEVICE {
             bail!(
                 "strategy {} is planned (devices {:?}) but multi-process training is not built yet; use --trainer.devices=1",
@@ -50,20 +77,81 @@ impl Job for DigitsJob {
                 plan.devices
             );
         }
-        let device = A::parallel_devices(&[plan.local_device()]).remove(0);
-        let epochs = usize::try_from(self.epochs)?;
-        let (_, report) =
-            fit_by_hand::<A::Backend>(&device, &self.model, &self.data, epochs, |epoch, acc| {
-                println!("epoch {:>3}/{epochs}  val_acc {acc:.4}", epoch + 1);
-            })?;
-        println!(
-            "trained {} steps in {:.2} s ({:.0} steps/s) on {}; final val_acc {:.4}",
-            report.steps,
-            report.seconds,
-            report.steps_per_second(),
-            plan.accelerator,
-            report.val_accuracy.last().copied().unwrap_or(0.0)
+        let mut trainer = Trainer::<A::Backend>::new::<A>(plan, self.options.clone())?
+            .with_hparams(self.hparams.clone());
+        let mut data = DigitsData::new(self.data.clone());
+        run_stage(&mut trainer, &self, &mut data, plan)
+    }
+}
+
+type Inner<B> = <B as AutodiffBackend>::InnerBackend;
+
+fn run_stage<B: AutodiffBackend>(
+    trainer: &mut Trainer<B>,
+    job: &DigitsJob,
+    data: &mut DigitsData,
+    plan: &Plan,
+) -> anyhow::Result<DigitsOutput> {
+    if job.stage != Stage::Fit && job.options.ckpt_path.is_none() {
+        eprintln!(
+            "warning: no --trainer.ckpt_path given: `{}` runs on freshly initialised weights",
+            job.stage.name()
         );
-        Ok(report)
+    }
+    let device = trainer.device().clone();
+    match job.stage {
+        Stage::Fit => {
+            let model = DigitsModel::<B>::new(&job.model, &device);
+            let out = trainer.fit(model, data)?;
+            let val_acc = out.metrics.get("val_acc").copied();
+            println!(
+                "trained {} steps in {:.2} s ({:.0} steps/s) on {}; val_acc {}{}",
+                out.global_step,
+                out.seconds,
+                out.global_step as f64 / out.seconds,
+                plan.accelerator,
+                val_acc.map_or("n/a".into(), |a| format!("{a:.4}")),
+                out.best_model_path
+                    .map(|p| format!("; checkpoint {}", p.display()))
+                    .unwrap_or_default()
+            );
+            Ok(DigitsOutput::Fit {
+                steps: out.global_step,
+                seconds: out.seconds,
+                val_acc,
+            })
+        }
+        Stage::Validate | Stage::Test => {
+            let model = DigitsModel::<Inner<B>>::new(&job.model, &device);
+            let metrics = if job.stage == Stage::Test {
+                trainer.test(model, data)?
+            } else {
+                trainer.validate(model, data)?
+            };
+            for (name, value) in &metrics {
+                println!("{name} {value:.4}");
+            }
+            Ok(DigitsOutput::Metrics(metrics))
+        }
+        Stage::Predict => {
+            let model = DigitsModel::<Inner<B>>::new(&job.model, &device);
+            let predictions: Vec<i64> = trainer.predict(model, data)?.concat();
+            print_lines(&predictions)?;
+            Ok(DigitsOutput::Predictions(predictions))
+        }
+    }
+}
+
+/// Prints one value per line; a closed pipe (`digits predict | head`) ends quietly.
+fn print_lines(values: &[i64]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = values
+        .iter()
+        .try_for_each(|v| writeln!(out, "{v}"))
+        .and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
     }
 }

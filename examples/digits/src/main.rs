@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use digits::job::{DEFAULT_EPOCHS, DigitsJob};
+use digits::job::{DEFAULT_EPOCHS, DEFAULT_SEED, DigitsJob};
 use digits::model::ModelConfig;
 use digits::train::DataConfig;
 use ember::{Cli, TrainerFlags};
@@ -15,6 +15,10 @@ fn main() -> ExitCode {
         ModelConfig::default(),
         DataConfig::default(),
     )
-    .with_trainer_defaults(TrainerFlags::default().max_epochs(DEFAULT_EPOCHS))
+    .with_trainer_defaults(
+        TrainerFlags::default()
+            .max_epochs(DEFAULT_EPOCHS)
+            .seed(DEFAULT_SEED),
+    )
     .run(&registry, DigitsJob::from)
 }

@@ -1,19 +1,19 @@
 //! A hand-written burn training loop for the digits MLP.
 //!
-//! It is what a burn user writes without a framework; the `fit` command runs it until the
-//! Trainer lands, and later it is the reference the Trainer is compared with.
+//! It is what a burn user writes without a framework: the reference the Trainer is compared
+//! with (ACCEPTANCE 27) and measured against (`cargo xtask bench overhead`).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::ElementConversion as _;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor, TensorData};
+use ember::epoch_permutation;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{Digits, PIXELS, epoch_order};
+use crate::data::{Digits, batch_of};
 use crate::model::{Mlp, ModelConfig};
 
 /// The `data` section of the config.
@@ -26,7 +26,7 @@ pub struct DataConfig {
     pub batch_size: usize,
     /// Share of each class held out for validation.
     pub val_fraction: f64,
-    /// Seed for the split, the shuffles and the initial weights.
+    /// Seed for the stratified split (the Trainer's `seed` drives weights and shuffles).
     pub seed: u64,
 }
 
@@ -75,54 +75,63 @@ impl FitReport {
     }
 }
 
-/// The images of `indices` as a `[n, 64]` tensor and their labels.
-pub fn batch<B: Backend>(
-    data: &Digits,
-    indices: &[usize],
-    device: &B::Device,
-) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-    let mut pixels = Vec::with_capacity(indices.len() * PIXELS);
-    let mut labels = Vec::with_capacity(indices.len());
-    for &i in indices {
-        pixels.extend_from_slice(&data.pixels[i * PIXELS..(i + 1) * PIXELS]);
-        labels.push(i64::from(data.labels[i]));
-    }
-    let x = Tensor::from_data(TensorData::new(pixels, [indices.len(), PIXELS]), device);
-    let y = Tensor::from_data(TensorData::new(labels, [indices.len()]), device);
-    (x, y)
-}
-
 /// Share of `data` that `model` classifies correctly.
 pub fn accuracy<B: Backend>(model: &Mlp<B>, data: &Digits, device: &B::Device) -> f64 {
     let all: Vec<usize> = (0..data.len()).collect();
-    let (x, y) = batch::<B>(data, &all, device);
+    let batch = batch_of::<B>(data, &all, device);
     let correct = model
-        .forward(x)
+        .forward(batch.images)
         .argmax(1)
         .squeeze_dim::<1>(1)
-        .equal(y)
+        .equal(batch.labels)
         .int()
         .sum();
     let correct: i64 = correct.into_scalar().elem();
     correct as f64 / data.len() as f64
 }
 
-use burn::tensor::ElementConversion as _;
-
 /// Trains a fresh model for `epochs` epochs with Adam and returns it with a report.
-/// `on_epoch(epoch, val_accuracy)` is called after each epoch.
+///
+/// `data_config.seed` seeds the weights and the shuffles (ember's [`epoch_permutation`], so a
+/// Trainer with the same seed sees the same batches). `on_epoch(epoch, val_accuracy)` is
+/// called after each epoch.
 pub fn fit_by_hand<B: AutodiffBackend>(
     device: &B::Device,
     model_config: &ModelConfig,
     data_config: &DataConfig,
     epochs: usize,
-    mut on_epoch: impl FnMut(usize, f64),
+    on_epoch: impl FnMut(usize, f64),
+) -> anyhow::Result<(Mlp<B>, FitReport)> {
+    by_hand(device, model_config, data_config, epochs, Some(on_epoch))
+}
+
+/// [`fit_by_hand`] without the validation after each epoch: training steps only.
+pub fn train_by_hand<B: AutodiffBackend>(
+    device: &B::Device,
+    model_config: &ModelConfig,
+    data_config: &DataConfig,
+    epochs: usize,
+) -> anyhow::Result<(Mlp<B>, FitReport)> {
+    by_hand(
+        device,
+        model_config,
+        data_config,
+        epochs,
+        None::<fn(usize, f64)>,
+    )
+}
+
+fn by_hand<B: AutodiffBackend>(
+    device: &B::Device,
+    model_config: &ModelConfig,
+    data_config: &DataConfig,
+    epochs: usize,
+    mut on_epoch: Option<impl FnMut(usize, f64)>,
 ) -> anyhow::Result<(Mlp<B>, FitReport)> {
     let (train, val) = data_config.load()?;
     B::seed(device, data_config.seed);
     let mut model = model_config.init::<B>(device);
     let mut optimizer = AdamConfig::new().init::<B, Mlp<B>>();
-    let loss_fn = CrossEntropyLossConfig::new().init(device);
     let mut report = FitReport {
         steps: 0,
         seconds: 0.0,
@@ -130,18 +139,19 @@ pub fn fit_by_hand<B: AutodiffBackend>(
     };
     let start = Instant::now();
     for epoch in 0..epochs {
-        for indices in
-            epoch_order(train.len(), data_config.seed, epoch).chunks(data_config.batch_size)
-        {
-            let (x, y) = batch::<B>(&train, indices, device);
-            let loss = loss_fn.forward(model.forward(x), y);
+        let order = epoch_permutation(train.len(), data_config.seed, epoch as u64);
+        for indices in order.chunks(data_config.batch_size) {
+            let batch = batch_of::<B>(&train, indices, device);
+            let loss = model.loss(batch.images, batch.labels);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optimizer.step(model_config.lr, model, grads);
             report.steps += 1;
         }
-        let acc = accuracy(&model.valid(), &val, device);
-        report.val_accuracy.push(acc);
-        on_epoch(epoch, acc);
+        if let Some(on_epoch) = &mut on_epoch {
+            let acc = accuracy(&model.valid(), &val, device);
+            report.val_accuracy.push(acc);
+            on_epoch(epoch, acc);
+        }
     }
     report.seconds = start.elapsed().as_secs_f64();
     Ok((model, report))

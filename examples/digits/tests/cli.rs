@@ -124,22 +124,110 @@ fn injected_cuda_inventory_plans_ddp_on_four_devices_and_refuses_fit() {
     }
 }
 
-#[test]
-fn fit_trains_on_cpu() {
-    let out = digits(&["fit", "--trainer.max_epochs=3"], &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", stderr(&out));
-    let last = stdout.lines().last().unwrap();
-    let acc: f64 = last.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(acc > 0.85, "3 epochs should already reach 85%: {last}");
+/// Runs `digits` in `dir` with a CPU-only inventory.
+fn digits_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(args)
+        .current_dir(dir)
+        .env("EMBER_INVENTORY", "")
+        .output()
+        .expect("the binary runs")
 }
 
 #[test]
-fn stages_without_a_trainer_and_ddp_fail_clearly() {
-    let out = digits(&["validate"], &[]);
+fn fit_trains_logs_and_checkpoints_then_test_reads_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = digits_in(dir.path(), &["fit", "--trainer.max_epochs=3"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", stderr(&out));
+    assert!(stderr(&out).contains("epoch 3/3"), "{}", stderr(&out));
+    let last = stdout.lines().last().unwrap();
+    let acc: f64 = last
+        .split("val_acc ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no val_acc in {last}"));
+    assert!(acc > 0.85, "3 epochs should already reach 85%: {last}");
+    let version = dir.path().join("lightning_logs/version_0");
+    let csv = std::fs::read_to_string(version.join("metrics.csv")).unwrap();
+    assert!(
+        csv.starts_with("step,epoch,train_loss,val_acc,val_loss"),
+        "{csv}"
+    );
+    assert!(version.join("hparams.yaml").is_file());
+    let ckpt = version.join("checkpoints/epoch=2-step=69.ckpt");
+    assert!(ckpt.is_file(), "{last}");
+
+    let ckpt_flag = format!("--trainer.ckpt_path={}", ckpt.display());
+    let out = digits_in(dir.path(), &["test", &ckpt_flag]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let tested: f64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("test_acc "))
+        .and_then(|a| a.parse().ok())
+        .unwrap();
+    assert!(
+        (tested - acc).abs() < 1e-4,
+        "test on the held-out split {tested} vs val_acc {acc}"
+    );
+
+    let out = digits_in(dir.path(), &["predict", &ckpt_flag]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let predictions = String::from_utf8_lossy(&out.stdout).lines().count();
+    let held_out = digits::data::Digits::shipped()
+        .unwrap()
+        .split(0.2, 42)
+        .1
+        .len();
+    assert_eq!(predictions, held_out, "one line per held-out image");
+}
+
+#[test]
+fn bad_checkpoints_and_ddp_fail_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.ckpt"), b"not a checkpoint").unwrap();
+    let out = digits_in(dir.path(), &["test", "--trainer.ckpt_path=bad.ckpt"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("only `fit` runs today"));
+    assert!(
+        stderr(&out).contains("bad.ckpt is not an ember checkpoint"),
+        "{}",
+        stderr(&out)
+    );
     let out = digits(&["fit", "--trainer.devices=2"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("multi-process training is not built yet"));
+}
+
+#[test]
+fn loop_flags_are_checked_before_anything_runs() {
+    for (args, needles) in [
+        (
+            &["fit", "--trainer.limit_train_batches=1.5"][..],
+            &["--trainer.limit_train_batches", "`1.5`", "fraction"][..],
+        ),
+        (
+            &["fit", "--trainer.gradient_clip_algorithm=l1"],
+            &["--trainer.gradient_clip_algorithm", "norm or value"],
+        ),
+        (
+            &["fit", "--trainer.callbacks=[\"Swa\"]"],
+            &["--trainer.callbacks", "ModelCheckpoint"],
+        ),
+        (
+            &["fit", "--trainer.logger=wandb"],
+            &["--trainer.logger", "csv"],
+        ),
+        (
+            &["fit", "--trainer.max_steps=0"],
+            &["--trainer.max_steps", "-1"],
+        ),
+    ] {
+        let out = digits(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        for needle in needles {
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
 }

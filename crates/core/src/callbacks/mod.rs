@@ -1,0 +1,296 @@
+//! Callbacks: code that runs at the Trainer's hook points (Lightning's `Callback`).
+//!
+//! A callback sees the loop's state through a [`CallbackContext`]: counters, the latest
+//! metrics, the loggers, the device's stats, and (during `fit`) a way to save a checkpoint.
+//! It can ask the loop to stop by setting `state.should_stop`. The built-in ones are usable
+//! from Rust and from config (`--trainer.callbacks=[...]`, see [`from_spec`]).
+
+mod device_stats;
+mod early_stopping;
+mod lr_monitor;
+mod model_checkpoint;
+mod progress;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub use device_stats::DeviceStatsMonitor;
+pub use early_stopping::{EarlyStopping, EarlyStoppingConfig};
+pub use lr_monitor::LearningRateMonitor;
+pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointConfig};
+pub use progress::ProgressBar;
+
+use crate::accelerator::DeviceStats;
+use crate::checkpoint_io::CheckpointIO;
+use crate::cli::Stage;
+use crate::error::{FlagError, PlanResult, list};
+use crate::loggers::Loggers;
+use crate::trainer::options::{CallbackSpec, init_args};
+
+/// Whether a monitored value should go down or up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Lower is better (losses).
+    #[default]
+    Min,
+    /// Higher is better (accuracies).
+    Max,
+}
+
+impl Mode {
+    /// Whether `new` beats `old` by more than `min_delta`.
+    pub fn improves(self, new: f64, old: f64, min_delta: f64) -> bool {
+        match self {
+            Mode::Min => new < old - min_delta,
+            Mode::Max => new > old + min_delta,
+        }
+    }
+}
+
+/// The loop's counters and latest metrics, as callbacks see them.
+#[derive(Debug, Clone, Default)]
+pub struct TrainerState {
+    /// The entry point running.
+    pub stage: Option<Stage>,
+    /// Current epoch (0-based).
+    pub epoch: u64,
+    /// Optimizer steps taken.
+    pub global_step: u64,
+    /// Index of the batch just run in its loop.
+    pub batch_idx: usize,
+    /// Training batches per epoch.
+    pub num_training_batches: usize,
+    /// Batches of the evaluation pass running (validation, test or predict).
+    pub num_eval_batches: usize,
+    /// Epochs the run may take.
+    pub max_epochs: u64,
+    /// Epochs before early stopping may stop the run.
+    pub min_epochs: u64,
+    /// Whether the sanity check is running (callbacks usually ignore it).
+    pub sanity_checking: bool,
+    /// Set by a callback to end `fit` after the current step.
+    pub should_stop: bool,
+    /// The latest value of every logged metric (step and epoch values).
+    pub callback_metrics: BTreeMap<String, f64>,
+    /// Values marked `prog_bar`.
+    pub progress_bar_metrics: BTreeMap<String, f64>,
+    /// The learning rate of the latest optimizer step.
+    pub learning_rate: f64,
+    /// Root of logs and checkpoints.
+    pub default_root_dir: PathBuf,
+    /// This run's log directory (`<root>/lightning_logs/version_N`), when it has one.
+    pub log_dir: Option<PathBuf>,
+    /// Whether this process is global rank 0 (the one that writes).
+    pub is_global_zero: bool,
+    /// Steps between step-metric writes.
+    pub log_every_n_steps: u64,
+    /// Whether this is a fast dev run (no checkpoints, no logs).
+    pub fast_dev_run: bool,
+}
+
+/// What a hook gets besides the state.
+pub struct CallbackContext<'a> {
+    /// Counters and metrics; writable (`should_stop`).
+    pub state: &'a mut TrainerState,
+    /// The run's loggers (empty on ranks other than 0).
+    pub loggers: &'a mut Loggers,
+    pub(crate) saver: Option<&'a dyn Fn(&Path, &TrainerState) -> anyhow::Result<()>>,
+    pub(crate) io: &'a dyn CheckpointIO,
+    pub(crate) device_stats: &'a dyn Fn() -> DeviceStats,
+}
+
+impl CallbackContext<'_> {
+    /// Writes a checkpoint of the model and optimizer to `path` (only during `fit`).
+    pub fn save_checkpoint(&self, path: &Path) -> anyhow::Result<()> {
+        match self.saver {
+            Some(save) => save(path, self.state),
+            None => anyhow::bail!("checkpoints can only be saved during fit"),
+        }
+    }
+
+    /// Removes a checkpoint written earlier.
+    pub fn remove_checkpoint(&self, path: &Path) -> anyhow::Result<()> {
+        self.io.remove(path)
+    }
+
+    /// The device's current figures (the accelerator's `device_stats`).
+    pub fn device_stats(&self) -> DeviceStats {
+        (self.device_stats)()
+    }
+}
+
+/// Hooks the Trainer calls, in Lightning's order. Every hook defaults to doing nothing.
+#[allow(unused_variables)]
+pub trait Callback {
+    /// A name for messages, e.g. `ModelCheckpoint`.
+    fn name(&self) -> &str;
+
+    /// Before anything runs, in every entry point.
+    fn setup(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Start of `fit`, after the sanity check setup.
+    fn on_fit_start(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Start of a training epoch.
+    fn on_train_epoch_start(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// After each training batch (and its optimizer step, when one was taken).
+    fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// End of a training epoch, after its validation and its epoch metrics.
+    fn on_train_epoch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Start of a validation pass (also the sanity check).
+    fn on_validation_start(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// After each validation batch.
+    fn on_validation_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// End of a validation pass, with its epoch metrics in `callback_metrics`.
+    fn on_validation_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Start of a test pass.
+    fn on_test_start(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// After each test batch.
+    fn on_test_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// End of a test pass.
+    fn on_test_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// After each predict batch.
+    fn on_predict_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// End of `fit`, when it ended without error.
+    fn on_fit_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// When a loop fails; the error is returned to the caller after every callback has seen it.
+    fn on_exception(&mut self, ctx: &mut CallbackContext<'_>, error: &anyhow::Error) {}
+    /// Last, in every entry point, whether it failed or not.
+    fn teardown(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Whether this is a ModelCheckpoint (then the Trainer adds no default one).
+    fn is_model_checkpoint(&self) -> bool {
+        false
+    }
+    /// The best checkpoint it wrote, if it tracks one.
+    fn best_model_path(&self) -> Option<PathBuf> {
+        None
+    }
+}
+
+/// The callbacks config can name, with what each does.
+pub const CALLBACK_NAMES: [(&str, &str); 5] = [
+    (
+        "ModelCheckpoint",
+        "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename)",
+    ),
+    (
+        "EarlyStopping",
+        "stop when a metric stops improving (monitor, mode, patience, min_delta, check_finite)",
+    ),
+    (
+        "LearningRateMonitor",
+        "log the learning rate (logging_interval: step or epoch)",
+    ),
+    (
+        "DeviceStatsMonitor",
+        "log the accelerator's device stats every log_every_n_steps",
+    ),
+    (
+        "ProgressBar",
+        "the progress bar (added by default; refresh_rate)",
+    ),
+];
+
+fn normalise(name: &str) -> String {
+    let last = name.rsplit(['.', ':']).next().unwrap_or(name);
+    last.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Builds a callback named in config. Names match case- and `_`-insensitively, and a
+/// Lightning class path (`lightning.pytorch.callbacks.EarlyStopping`) uses its last part.
+pub fn from_spec(spec: &CallbackSpec) -> PlanResult<Box<dyn Callback>> {
+    Ok(match normalise(&spec.class_path).as_str() {
+        "modelcheckpoint" => Box::new(ModelCheckpoint::new(init_args(spec)?)),
+        "earlystopping" => Box::new(EarlyStopping::new(init_args(spec)?)?),
+        "learningratemonitor" | "lrmonitor" => Box::new(LearningRateMonitor::new(init_args(spec)?)),
+        "devicestatsmonitor" => Box::new(DeviceStatsMonitor::new(init_args(spec)?)),
+        "progressbar" | "tqdmprogressbar" => Box::new(ProgressBar::new(init_args(spec)?)),
+        _ => {
+            return Err(FlagError::new(
+                "--trainer.callbacks",
+                &spec.class_path,
+                format!(
+                    "unknown callback; known: {} (others are added from Rust)",
+                    list(CALLBACK_NAMES.map(|(n, _)| n))
+                ),
+            ));
+        }
+    })
+}
+
+/// Builds every callback of a config list (a typo is a plan-time error).
+pub fn from_specs(specs: &[CallbackSpec]) -> PlanResult<Vec<Box<dyn Callback>>> {
+    specs.iter().map(from_spec).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_match_loosely_and_unknown_names_list_the_known() {
+        for name in [
+            "EarlyStopping",
+            "early_stopping",
+            "lightning.pytorch.callbacks.EarlyStopping",
+        ] {
+            let spec = CallbackSpec {
+                class_path: name.into(),
+                init_args: json!({"monitor": "val_loss"}),
+            };
+            assert_eq!(from_spec(&spec).unwrap().name(), "EarlyStopping");
+        }
+        let spec = CallbackSpec {
+            class_path: "Swa".into(),
+            init_args: json!({}),
+        };
+        let e = from_spec(&spec).err().unwrap();
+        assert!(e.message.contains("ModelCheckpoint"), "{e}");
+        let spec = CallbackSpec {
+            class_path: "EarlyStopping".into(),
+            init_args: json!({"monitor": "x", "patiense": 2}),
+        };
+        let e = from_spec(&spec).err().unwrap();
+        assert!(e.message.contains("patiense"), "{e}");
+    }
+
+    #[test]
+    fn modes_compare_with_min_delta() {
+        assert!(Mode::Min.improves(0.5, 0.7, 0.1));
+        assert!(!Mode::Min.improves(0.65, 0.7, 0.1));
+        assert!(Mode::Max.improves(0.9, 0.7, 0.0));
+        assert!(!Mode::Max.improves(0.7, 0.7, 0.0));
+    }
+}

@@ -1,0 +1,221 @@
+//! ModelCheckpoint: save checkpoints during `fit`, keeping the best `save_top_k` by a metric.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::{Callback, CallbackContext, Mode, TrainerState};
+use crate::error::list;
+
+/// ModelCheckpoint's settings (`init_args` in config).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelCheckpointConfig {
+    /// Directory for the files (default: `<log_dir>/checkpoints`, or `<root>/checkpoints`
+    /// without a logger).
+    pub dirpath: Option<PathBuf>,
+    /// File name template without extension: `{epoch}`, `{step}` and `{METRIC}` become
+    /// `epoch=3`, `step=120`, `METRIC=0.1234` (default: `{epoch}-{step}`).
+    pub filename: Option<String>,
+    /// The metric that ranks checkpoints; none keeps the latest ones.
+    pub monitor: Option<String>,
+    /// Whether lower or higher `monitor` is better.
+    pub mode: Mode,
+    /// How many to keep: the k best (or latest), 0 for none, -1 for all.
+    pub save_top_k: i64,
+    /// Also write `last.ckpt` at every save point.
+    pub save_last: bool,
+    /// Save every N epochs.
+    pub every_n_epochs: u64,
+}
+
+impl Default for ModelCheckpointConfig {
+    fn default() -> Self {
+        Self {
+            dirpath: None,
+            filename: None,
+            monitor: None,
+            mode: Mode::Min,
+            save_top_k: 1,
+            save_last: false,
+            every_n_epochs: 1,
+        }
+    }
+}
+
+/// Saves checkpoints at the end of validation (or of the training epoch when there is no
+/// validation), keeping the `save_top_k` best by `monitor`.
+#[derive(Debug, Clone)]
+pub struct ModelCheckpoint {
+    config: ModelCheckpointConfig,
+    kept: Vec<(PathBuf, f64)>,
+    last_saved_step: Option<u64>,
+    best: Option<(PathBuf, f64)>,
+    /// The most recent checkpoint written.
+    pub last_model_path: Option<PathBuf>,
+}
+
+impl ModelCheckpoint {
+    /// A ModelCheckpoint with these settings.
+    pub fn new(config: ModelCheckpointConfig) -> Self {
+        Self {
+            config,
+            kept: Vec::new(),
+            last_saved_step: None,
+            best: None,
+            last_model_path: None,
+        }
+    }
+
+    /// The kept checkpoints with their monitored values (the step, without a monitor).
+    pub fn kept(&self) -> &[(PathBuf, f64)] {
+        &self.kept
+    }
+
+    /// The best monitored value so far.
+    pub fn best_model_score(&self) -> Option<f64> {
+        self.best.as_ref().map(|(_, s)| *s)
+    }
+
+    fn dir(&self, state: &TrainerState) -> PathBuf {
+        match (&self.config.dirpath, &state.log_dir) {
+            (Some(d), _) => d.clone(),
+            (None, Some(log_dir)) => log_dir.join("checkpoints"),
+            (None, None) => state.default_root_dir.join("checkpoints"),
+        }
+    }
+
+    fn file_name(&self, state: &TrainerState) -> String {
+        let template = self.config.filename.as_deref().unwrap_or("{epoch}-{step}");
+        let mut name = String::new();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            name.push_str(&rest[..open]);
+            let Some(close) = rest[open..].find('}') else {
+                break;
+            };
+            let key = &rest[open + 1..open + close];
+            match key {
+                "epoch" => name.push_str(&format!("epoch={}", state.epoch)),
+                "step" => name.push_str(&format!("step={}", state.global_step)),
+                metric => match state.callback_metrics.get(metric) {
+                    Some(v) => name.push_str(&format!("{metric}={v:.4}")),
+                    None => name.push_str(metric),
+                },
+            }
+            rest = &rest[open + close + 1..];
+        }
+        name.push_str(rest);
+        format!("{name}.ckpt")
+    }
+
+    /// The ranking: by `monitor` in `mode`, or newest first without a monitor.
+    fn ranking(&self) -> Mode {
+        if self.config.monitor.is_some() {
+            self.config.mode
+        } else {
+            Mode::Max
+        }
+    }
+
+    /// Whether a value ranks among the kept ones (or there is room).
+    fn qualifies(&self, score: f64) -> bool {
+        let k = self.config.save_top_k;
+        if k < 0 || (self.kept.len() as i64) < k {
+            return true;
+        }
+        self.worst()
+            .is_some_and(|(_, worst)| self.ranking().improves(score, worst, 0.0))
+    }
+
+    fn worst(&self) -> Option<(usize, f64)> {
+        self.kept
+            .iter()
+            .enumerate()
+            .map(|(i, (_, s))| (i, *s))
+            .reduce(|a, b| {
+                if self.ranking().improves(a.1, b.1, 0.0) {
+                    b
+                } else {
+                    a
+                }
+            })
+    }
+
+    fn save(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        let state = &*ctx.state;
+        if !state.is_global_zero
+            || state.fast_dev_run
+            || self.last_saved_step == Some(state.global_step)
+            || (state.epoch + 1) % self.config.every_n_epochs.max(1) != 0
+        {
+            return Ok(());
+        }
+        self.last_saved_step = Some(state.global_step);
+        let dir = self.dir(state);
+        let score = match &self.config.monitor {
+            Some(m) => *state.callback_metrics.get(m).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "ModelCheckpoint could not find monitor `{m}` among the logged metrics ({})",
+                    list(state.callback_metrics.keys())
+                )
+            })?,
+            None => state.global_step as f64,
+        };
+        let mode = self.ranking();
+        if self.config.save_top_k != 0 && self.qualifies(score) {
+            let path = dir.join(self.file_name(state));
+            ctx.save_checkpoint(&path)?;
+            self.kept.retain(|(p, _)| p != &path);
+            self.kept.push((path.clone(), score));
+            let k = self.config.save_top_k;
+            while k >= 0 && self.kept.len() as i64 > k {
+                let (i, _) = self.worst().expect("kept is not empty");
+                let (old, _) = self.kept.remove(i);
+                ctx.remove_checkpoint(&old)?;
+            }
+            if self
+                .best
+                .as_ref()
+                .is_none_or(|(_, b)| mode.improves(score, *b, 0.0))
+            {
+                self.best = Some((path.clone(), score));
+            }
+            self.last_model_path = Some(path);
+        }
+        if self.config.save_last {
+            let path = dir.join("last.ckpt");
+            ctx.save_checkpoint(&path)?;
+            self.last_model_path = Some(path);
+        }
+        Ok(())
+    }
+}
+
+impl Callback for ModelCheckpoint {
+    fn name(&self) -> &str {
+        "ModelCheckpoint"
+    }
+
+    fn on_validation_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        if ctx.state.sanity_checking {
+            return Ok(());
+        }
+        self.save(ctx)
+    }
+
+    fn on_train_epoch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        self.save(ctx)
+    }
+
+    fn is_model_checkpoint(&self) -> bool {
+        true
+    }
+
+    fn best_model_path(&self) -> Option<PathBuf> {
+        self.best
+            .as_ref()
+            .map(|(p, _)| p.clone())
+            .or_else(|| self.last_model_path.clone())
+    }
+}

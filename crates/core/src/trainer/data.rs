@@ -1,0 +1,179 @@
+//! Data modules and loaders on burn's `Dataset` and `Batcher` types.
+//!
+//! A loader here is a recipe (dataset, batch size, shuffle, drop_last); the Trainer turns it
+//! into batches in a seeded order that depends only on the seed and the epoch, so a run is
+//! reproducible and a later issue can shard and resume it.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::Dataset;
+use burn::tensor::backend::Backend;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+
+use crate::cli::Stage;
+
+/// How to batch one dataset.
+pub struct Loader<I> {
+    /// The items.
+    pub dataset: Arc<dyn Dataset<I>>,
+    /// Items per batch.
+    pub batch_size: usize,
+    /// Shuffle every epoch (seeded by the Trainer's seed and the epoch).
+    pub shuffle: bool,
+    /// Drop a last batch smaller than `batch_size`.
+    pub drop_last: bool,
+}
+
+impl<I> Clone for Loader<I> {
+    fn clone(&self) -> Self {
+        Self {
+            dataset: Arc::clone(&self.dataset),
+            batch_size: self.batch_size,
+            shuffle: self.shuffle,
+            drop_last: self.drop_last,
+        }
+    }
+}
+
+impl<I> Loader<I> {
+    /// A loader over `dataset` in its own order.
+    pub fn new(dataset: Arc<dyn Dataset<I>>, batch_size: usize) -> Self {
+        Self {
+            dataset,
+            batch_size,
+            shuffle: false,
+            drop_last: false,
+        }
+    }
+
+    /// Shuffles every epoch.
+    pub fn shuffled(mut self) -> Self {
+        self.shuffle = true;
+        self
+    }
+
+    /// Drops a short last batch.
+    pub fn drop_last(mut self) -> Self {
+        self.drop_last = true;
+        self
+    }
+
+    /// Batches per epoch.
+    pub fn num_batches(&self) -> usize {
+        let n = self.dataset.len();
+        if self.drop_last {
+            n / self.batch_size
+        } else {
+            n.div_ceil(self.batch_size)
+        }
+    }
+
+    /// The item indices of each batch of `epoch`, in order.
+    pub fn batch_indices(&self, seed: u64, epoch: u64) -> Vec<Vec<usize>> {
+        let order = if self.shuffle {
+            epoch_permutation(self.dataset.len(), seed, epoch)
+        } else {
+            (0..self.dataset.len()).collect()
+        };
+        order
+            .chunks(self.batch_size)
+            .take(self.num_batches())
+            .map(<[usize]>::to_vec)
+            .collect()
+    }
+
+    /// The batch of these item indices, made by `batcher` on `device`.
+    pub fn batch<B: Backend, O>(
+        &self,
+        batcher: &impl Batcher<B, I, O>,
+        indices: &[usize],
+        device: &B::Device,
+    ) -> anyhow::Result<O> {
+        let items = indices
+            .iter()
+            .map(|&i| {
+                self.dataset.get(i).with_context(|| {
+                    format!("dataset has no item {i} (len {})", self.dataset.len())
+                })
+            })
+            .collect::<anyhow::Result<Vec<I>>>()?;
+        Ok(batcher.batch(items, device))
+    }
+}
+
+/// The data side of a run (Lightning's LightningDataModule): where each loop's items come
+/// from and how they become batches.
+pub trait DataModule {
+    /// One item of the datasets.
+    type Item: Send + Sync + 'static;
+    /// Turns items into batches on any backend the model needs.
+    type Batcher;
+
+    /// Prepares what `stage` needs (load files, split ...). Called once per Trainer entry point.
+    fn setup(&mut self, stage: Stage) -> anyhow::Result<()> {
+        let _ = stage;
+        Ok(())
+    }
+
+    /// The batcher.
+    fn batcher(&self) -> &Self::Batcher;
+
+    /// The training loader.
+    fn train_loader(&self) -> Option<Loader<Self::Item>>;
+
+    /// The validation loader.
+    fn val_loader(&self) -> Option<Loader<Self::Item>> {
+        None
+    }
+
+    /// The test loader.
+    fn test_loader(&self) -> Option<Loader<Self::Item>> {
+        None
+    }
+
+    /// The predict loader.
+    fn predict_loader(&self) -> Option<Loader<Self::Item>> {
+        None
+    }
+}
+
+/// A permutation of `0..len` that depends only on `seed` and `epoch`: the order a shuffled
+/// loader visits its items in. A hand-written loop can use it to see the same batches.
+pub fn epoch_permutation(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(
+        seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    ));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::data::dataset::InMemDataset;
+
+    fn loader(n: usize, batch: usize) -> Loader<usize> {
+        Loader::new(Arc::new(InMemDataset::new((0..n).collect())), batch)
+    }
+
+    #[test]
+    fn batches_cover_the_epoch_once() {
+        let l = loader(10, 3).shuffled();
+        let batches = l.batch_indices(7, 0);
+        assert_eq!(
+            batches.iter().map(Vec::len).collect::<Vec<_>>(),
+            [3, 3, 3, 1]
+        );
+        let mut all: Vec<usize> = batches.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
+        assert_eq!(l.batch_indices(7, 0), batches);
+        assert_ne!(l.batch_indices(7, 1), batches);
+        assert_eq!(l.clone().drop_last().batch_indices(7, 0).len(), 3);
+        assert_eq!(loader(10, 3).batch_indices(7, 5)[0], vec![0, 1, 2]);
+    }
+}

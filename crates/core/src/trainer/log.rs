@@ -1,0 +1,291 @@
+//! Logging from inside a step: `log.log("train_loss", &loss)`, reduced per step and per epoch.
+//!
+//! A step only records what it logs; the Trainer decides when a value is read from the
+//! device (values logged `on_step` only on logging steps or for the progress bar, values
+//! logged `on_epoch` every step) and reduces epoch values as Lightning does: a mean weighted
+//! by the batch size, unless another reduction is asked for.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Tensor};
+
+use crate::cli::Stage;
+
+/// How epoch values of a metric are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reduce {
+    /// Mean weighted by batch size.
+    #[default]
+    Mean,
+    /// Sum.
+    Sum,
+    /// Largest value.
+    Max,
+    /// Smallest value.
+    Min,
+}
+
+/// Options of one logged value; the defaults depend on the stage, as in Lightning.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LogOptions {
+    /// Record the value of each step (default: true in training, false otherwise).
+    pub on_step: Option<bool>,
+    /// Record the epoch's reduction (default: false in training, true otherwise).
+    pub on_epoch: Option<bool>,
+    /// Show it in the progress bar.
+    pub prog_bar: bool,
+    /// Weight in the epoch mean (default: 1 per step).
+    pub batch_size: Option<usize>,
+    /// Epoch reduction.
+    pub reduce: Reduce,
+}
+
+impl LogOptions {
+    /// Record every step's value.
+    pub fn on_step(mut self, yes: bool) -> Self {
+        self.on_step = Some(yes);
+        self
+    }
+    /// Record the epoch's reduction.
+    pub fn on_epoch(mut self, yes: bool) -> Self {
+        self.on_epoch = Some(yes);
+        self
+    }
+    /// Show the value in the progress bar.
+    pub fn prog_bar(mut self) -> Self {
+        self.prog_bar = true;
+        self
+    }
+    /// Weight of this step in the epoch mean.
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = Some(n);
+        self
+    }
+    /// Epoch reduction.
+    pub fn reduce(mut self, reduce: Reduce) -> Self {
+        self.reduce = reduce;
+        self
+    }
+}
+
+/// A value as a step logged it: still on the device, or a host number.
+pub enum LogValue<B: Backend> {
+    /// A one-element tensor, read only when needed.
+    Tensor(Tensor<B, 1>),
+    /// A host number.
+    Scalar(f64),
+}
+
+impl<B: Backend> LogValue<B> {
+    fn read(self) -> f64 {
+        match self {
+            LogValue::Tensor(t) => t.into_scalar().elem::<f64>(),
+            LogValue::Scalar(x) => x,
+        }
+    }
+}
+
+impl<B: Backend> From<&Tensor<B, 1>> for LogValue<B> {
+    fn from(t: &Tensor<B, 1>) -> Self {
+        LogValue::Tensor(t.clone())
+    }
+}
+
+impl<B: Backend> From<Tensor<B, 1>> for LogValue<B> {
+    fn from(t: Tensor<B, 1>) -> Self {
+        LogValue::Tensor(t)
+    }
+}
+
+impl<B: Backend> From<f64> for LogValue<B> {
+    fn from(x: f64) -> Self {
+        LogValue::Scalar(x)
+    }
+}
+
+impl<B: Backend> From<f32> for LogValue<B> {
+    fn from(x: f32) -> Self {
+        LogValue::Scalar(f64::from(x))
+    }
+}
+
+struct Entry<B: Backend> {
+    name: String,
+    value: LogValue<B>,
+    options: LogOptions,
+}
+
+/// What a step logs; handed to every `*_step` method.
+pub struct StepLog<B: Backend> {
+    stage: Stage,
+    entries: Vec<Entry<B>>,
+}
+
+impl<B: Backend> StepLog<B> {
+    pub(crate) fn new(stage: Stage) -> Self {
+        Self {
+            stage,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The loop this step belongs to (validate steps during fit report `Validate`).
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    /// Logs a value with the stage's default options.
+    pub fn log(&mut self, name: &str, value: impl Into<LogValue<B>>) {
+        self.log_with(name, value, LogOptions::default());
+    }
+
+    /// Logs a value with explicit options.
+    pub fn log_with(&mut self, name: &str, value: impl Into<LogValue<B>>, options: LogOptions) {
+        self.entries.push(Entry {
+            name: name.to_owned(),
+            value: value.into(),
+            options,
+        });
+    }
+
+    fn defaults(&self) -> (bool, bool) {
+        match self.stage {
+            Stage::Fit => (true, false),
+            _ => (false, true),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Accumulator {
+    total: f64,
+    weight: f64,
+    reduce: Reduce,
+}
+
+impl Accumulator {
+    fn add(&mut self, x: f64, w: f64) {
+        match self.reduce {
+            Reduce::Mean => {
+                self.total += x * w;
+                self.weight += w;
+            }
+            Reduce::Sum => self.total += x,
+            Reduce::Max => self.total = self.total.max(x),
+            Reduce::Min => self.total = self.total.min(x),
+        }
+    }
+
+    fn value(&self) -> f64 {
+        match self.reduce {
+            Reduce::Mean if self.weight > 0.0 => self.total / self.weight,
+            Reduce::Mean => f64::NAN,
+            _ => self.total,
+        }
+    }
+}
+
+/// Where a loop collects what its steps logged.
+#[derive(Debug, Default)]
+pub struct MetricCollector {
+    epoch: BTreeMap<String, Accumulator>,
+    /// Step values of the latest logging step, by final name.
+    pub step: BTreeMap<String, f64>,
+    /// Values shown in the progress bar, by final name.
+    pub prog_bar: BTreeMap<String, f64>,
+}
+
+impl MetricCollector {
+    /// Takes what a step logged. `read_step` says whether on_step values are wanted now.
+    pub fn collect<B: Backend>(&mut self, log: &mut StepLog<B>, read_step: bool) {
+        let (step_default, epoch_default) = log.defaults();
+        for Entry {
+            name,
+            value,
+            options,
+        } in log.entries.drain(..)
+        {
+            let on_step = options.on_step.unwrap_or(step_default);
+            let on_epoch = options.on_epoch.unwrap_or(epoch_default);
+            let want_step = on_step && (read_step || options.prog_bar);
+            if !want_step && !on_epoch {
+                continue;
+            }
+            let x = value.read();
+            let (step_name, epoch_name) = if on_step && on_epoch {
+                (format!("{name}_step"), format!("{name}_epoch"))
+            } else {
+                (name.clone(), name)
+            };
+            if want_step {
+                if options.prog_bar {
+                    self.prog_bar.insert(step_name.clone(), x);
+                }
+                if read_step {
+                    self.step.insert(step_name, x);
+                }
+            }
+            if on_epoch {
+                let start = match options.reduce {
+                    Reduce::Max => f64::NEG_INFINITY,
+                    Reduce::Min => f64::INFINITY,
+                    _ => 0.0,
+                };
+                self.epoch
+                    .entry(epoch_name)
+                    .or_insert(Accumulator {
+                        total: start,
+                        weight: 0.0,
+                        reduce: options.reduce,
+                    })
+                    .add(x, options.batch_size.unwrap_or(1) as f64);
+            }
+        }
+    }
+
+    /// The epoch's reduced values, clearing them for the next epoch.
+    pub fn take_epoch(&mut self) -> BTreeMap<String, f64> {
+        std::mem::take(&mut self.epoch)
+            .into_iter()
+            .map(|(name, acc)| (name, acc.value()))
+            .collect()
+    }
+
+    /// Drops everything collected (after a sanity check).
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reduce(reduce: Reduce, values: &[(f64, f64)]) -> f64 {
+        let start = match reduce {
+            Reduce::Max => f64::NEG_INFINITY,
+            Reduce::Min => f64::INFINITY,
+            _ => 0.0,
+        };
+        let mut acc = Accumulator {
+            total: start,
+            weight: 0.0,
+            reduce,
+        };
+        for &(x, w) in values {
+            acc.add(x, w);
+        }
+        acc.value()
+    }
+
+    #[test]
+    fn epoch_reductions() {
+        let values = [(1.0, 3.0), (0.0, 1.0), (2.0, 4.0)];
+        assert_eq!(reduce(Reduce::Mean, &values), 11.0 / 8.0);
+        assert_eq!(reduce(Reduce::Sum, &values), 3.0);
+        assert_eq!(reduce(Reduce::Max, &values), 2.0);
+        assert_eq!(reduce(Reduce::Min, &values), 0.0);
+        assert!(reduce(Reduce::Mean, &[]).is_nan());
+    }
+}

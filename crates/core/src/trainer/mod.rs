@@ -1,0 +1,710 @@
+//! The Trainer: it owns the loops (fit, validate, test, predict), as Lightning's does.
+//!
+//! A user writes a model ([`TrainingModule`], [`EvalModule`], [`PredictModule`]) and a
+//! [`DataModule`] once; the Trainer runs them on the device the plan selected, with the
+//! loop options of [`TrainerOptions`], calling [`Callback`]s at Lightning's hook points and
+//! writing through [`Loggers`] and [`CheckpointIO`]. See `docs/trainer.md`.
+
+pub mod checkpoint;
+pub mod data;
+pub mod grads;
+pub mod log;
+pub mod module;
+pub mod options;
+
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::data::dataloader::batcher::Batcher;
+use burn::module::{AutodiffModule, Module};
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
+use burn::tensor::backend::AutodiffBackend;
+use serde_json::Value;
+
+use crate::accelerator::{Accelerator, DeviceStats};
+use crate::callbacks::{
+    self, Callback, CallbackContext, ModelCheckpoint, ProgressBar, TrainerState,
+};
+use crate::checkpoint_io::{CheckpointIO, LocalCheckpointIO};
+use crate::cli::Stage;
+use crate::loggers::{Logger, Loggers};
+use crate::plan::Plan;
+use checkpoint::{Checkpoint, record_bytes};
+use data::{DataModule, Loader};
+use log::{MetricCollector, StepLog};
+use module::{EvalModule, Optimizers, PredictModule, SchedulerInterval, TrainingModule};
+use options::{Limit, TrainerOptions};
+
+/// The inner (non-autodiff) backend of `B`, where evaluation runs.
+type Inner<B> = <B as AutodiffBackend>::InnerBackend;
+
+/// What `fit` returns.
+#[derive(Debug)]
+pub struct FitOutcome<M> {
+    /// The trained model.
+    pub model: M,
+    /// Optimizer steps taken.
+    pub global_step: u64,
+    /// Epochs run (the last one possibly cut short).
+    pub epochs: u64,
+    /// Wall time of the fit loop, sanity check included.
+    pub seconds: f64,
+    /// The latest value of every metric.
+    pub metrics: BTreeMap<String, f64>,
+    /// The best (or latest) checkpoint written, if any.
+    pub best_model_path: Option<PathBuf>,
+    /// The run's log directory, if it logged.
+    pub log_dir: Option<PathBuf>,
+    /// Whether a callback (e.g. EarlyStopping) stopped the run.
+    pub stopped_early: bool,
+}
+
+/// Runs models on one device of an accelerator (multi-process strategies come later).
+pub struct Trainer<B: AutodiffBackend> {
+    device: B::Device,
+    options: TrainerOptions,
+    seed: u64,
+    is_global_zero: bool,
+    callbacks: Vec<Box<dyn Callback>>,
+    extra_loggers: Vec<Box<dyn Logger>>,
+    loggers: Option<Loggers>,
+    checkpoint_io: Arc<dyn CheckpointIO>,
+    hparams: Value,
+    device_stats: fn(&B::Device) -> DeviceStats,
+}
+
+fn no_stats<D>(_: &D) -> DeviceStats {
+    DeviceStats::new()
+}
+
+impl<B: AutodiffBackend> Trainer<B> {
+    /// A Trainer for the device this process drives under `plan`, on accelerator `A`.
+    ///
+    /// It refuses `deterministic=true` where the accelerator has no deterministic mode, and
+    /// seeds the backend, so a model built right after it starts from the seed's weights.
+    pub fn new<A: Accelerator<Backend = B>>(
+        plan: &Plan,
+        options: TrainerOptions,
+    ) -> anyhow::Result<Self> {
+        if options.deterministic
+            && let Err(reason) = A::deterministic()
+        {
+            anyhow::bail!(
+                "invalid --trainer.deterministic value `true`: accelerator {} cannot guarantee it: {reason}",
+                A::name()
+            );
+        }
+        let device = A::parallel_devices(&[plan.local_device()])
+            .into_iter()
+            .next()
+            .context("the accelerator returned no device")?;
+        let mut trainer = Self::on_device(device, options)?;
+        trainer.device_stats = A::device_stats;
+        trainer.is_global_zero = plan.global_rank == 0;
+        Ok(trainer)
+    }
+
+    /// A Trainer on `device` with no accelerator behind it (no device stats, rank 0).
+    pub fn on_device(device: B::Device, options: TrainerOptions) -> anyhow::Result<Self> {
+        let seed = options
+            .seed
+            .unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
+        B::seed(&device, seed);
+        let mut callbacks = callbacks::from_specs(&options.callbacks)?;
+        if options.enable_progress_bar && !callbacks.iter().any(|c| c.name() == "ProgressBar") {
+            callbacks.push(Box::new(ProgressBar::new(Default::default())));
+        }
+        Ok(Self {
+            device,
+            seed,
+            is_global_zero: true,
+            callbacks,
+            extra_loggers: Vec::new(),
+            loggers: None,
+            checkpoint_io: Arc::new(LocalCheckpointIO),
+            hparams: Value::Null,
+            device_stats: no_stats,
+            options,
+        })
+    }
+
+    /// The device models must be built on.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+
+    /// The seed in effect (drawn when the options gave none).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The loop options.
+    pub fn options(&self) -> &TrainerOptions {
+        &self.options
+    }
+
+    /// Adds a callback written in Rust (after those from config).
+    pub fn with_callback(mut self, callback: impl Callback + 'static) -> Self {
+        self.callbacks.push(Box::new(callback));
+        self
+    }
+
+    /// Adds callbacks, in order.
+    pub fn with_callbacks(
+        mut self,
+        callbacks: impl IntoIterator<Item = Box<dyn Callback>>,
+    ) -> Self {
+        self.callbacks.extend(callbacks);
+        self
+    }
+
+    /// Adds a logger written in Rust.
+    pub fn with_logger(mut self, logger: impl Logger + 'static) -> Self {
+        self.extra_loggers.push(Box::new(logger));
+        self
+    }
+
+    /// Replaces how checkpoints are written.
+    pub fn with_checkpoint_io(mut self, io: impl CheckpointIO + 'static) -> Self {
+        self.checkpoint_io = Arc::new(io);
+        self
+    }
+
+    /// The configuration to record as hyperparameters (`hparams.yaml`).
+    pub fn with_hparams(mut self, hparams: Value) -> Self {
+        self.hparams = hparams;
+        self
+    }
+
+    /// The run's log directory, once an entry point has created it.
+    pub fn log_dir(&self) -> Option<&Path> {
+        self.loggers.as_ref().and_then(Loggers::log_dir)
+    }
+
+    /// Trains `model` on `data`'s train loader, validating on its val loader as configured.
+    pub fn fit<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<FitOutcome<M>>
+    where
+        M: TrainingModule<B>,
+        M::InnerModule: EvalModule<Inner<B>>,
+        D: DataModule,
+        D::Batcher: Batcher<B, D::Item, M::Batch>
+            + Batcher<Inner<B>, D::Item, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+    {
+        anyhow::ensure!(
+            self.options.ckpt_path.is_none(),
+            "invalid --trainer.ckpt_path value `{}`: resuming fit from a checkpoint is not built yet; ckpt_path applies to validate, test and predict",
+            self.options
+                .ckpt_path
+                .as_deref()
+                .unwrap_or(Path::new(""))
+                .display()
+        );
+        if self.options.enable_checkpointing
+            && !self.callbacks.iter().any(|c| c.is_model_checkpoint())
+        {
+            self.callbacks
+                .push(Box::new(ModelCheckpoint::new(Default::default())));
+        }
+        data.setup(Stage::Fit)?;
+        let train = data
+            .train_loader()
+            .context("fit needs training data: DataModule::train_loader returned None")?;
+        let val = data.val_loader();
+        let mut run = self.start(Stage::Fit)?;
+        let result = self.fit_loop(&mut run, model, data.batcher(), &train, val.as_ref());
+        self.finish(run, result)
+    }
+
+    /// One validation pass over `data`'s val loader; returns the epoch metrics.
+    pub fn validate<M, D>(
+        &mut self,
+        model: M,
+        data: &mut D,
+    ) -> anyhow::Result<BTreeMap<String, f64>>
+    where
+        M: EvalModule<Inner<B>>,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        self.evaluate(Stage::Validate, model, data)
+    }
+
+    /// One test pass over `data`'s test loader; returns the epoch metrics.
+    pub fn test<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<BTreeMap<String, f64>>
+    where
+        M: EvalModule<Inner<B>>,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        self.evaluate(Stage::Test, model, data)
+    }
+
+    /// Predictions for every batch of `data`'s predict loader, in order.
+    pub fn predict<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<Vec<M::Output>>
+    where
+        M: PredictModule<Inner<B>>,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        data.setup(Stage::Predict)?;
+        let loader = data
+            .predict_loader()
+            .context("predict needs data: DataModule::predict_loader returned None")?;
+        let model = self.load_weights(model)?;
+        let mut run = self.start(Stage::Predict)?;
+        let result = (|| {
+            let limit = self.limit(self.options.limit_predict_batches, loader.num_batches());
+            run.state.num_eval_batches = limit;
+            let mut outputs = Vec::with_capacity(limit);
+            for (i, indices) in loader
+                .batch_indices(self.seed, 0)
+                .iter()
+                .take(limit)
+                .enumerate()
+            {
+                let batch = loader.batch::<Inner<B>, _>(data.batcher(), indices, &self.device)?;
+                outputs.push(model.predict_step(batch));
+                run.state.batch_idx = i;
+                run.hook(None, |c, x| c.on_predict_batch_end(x))?;
+            }
+            Ok(outputs)
+        })();
+        self.finish(run, result)
+    }
+
+    fn evaluate<M, D>(
+        &mut self,
+        stage: Stage,
+        model: M,
+        data: &mut D,
+    ) -> anyhow::Result<BTreeMap<String, f64>>
+    where
+        M: EvalModule<Inner<B>>,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        data.setup(stage)?;
+        let (loader, limit) = match stage {
+            Stage::Test => (data.test_loader(), self.options.limit_test_batches),
+            _ => (data.val_loader(), self.options.limit_val_batches),
+        };
+        let loader = loader.with_context(|| {
+            format!(
+                "{} needs data: DataModule::{}_loader returned None",
+                stage.name(),
+                if stage == Stage::Test { "test" } else { "val" }
+            )
+        })?;
+        let model = self.load_weights(model)?;
+        let mut run = self.start(stage)?;
+        let result = (|| {
+            let limit = self.limit(limit, loader.num_batches());
+            run.state.num_eval_batches = limit;
+            run.hook(None, |c, x| match stage {
+                Stage::Test => c.on_test_start(x),
+                _ => c.on_validation_start(x),
+            })?;
+            let metrics =
+                self.eval_pass(&mut run, &model, &loader, data.batcher(), limit, stage)?;
+            run.publish(&metrics, true)?;
+            run.hook(None, |c, x| match stage {
+                Stage::Test => c.on_test_end(x),
+                _ => c.on_validation_end(x),
+            })?;
+            Ok(metrics)
+        })();
+        self.finish(run, result)
+    }
+
+    /// `limit` batches of a loop, or `fast_dev_run` batches in a fast dev run.
+    fn limit(&self, limit: Limit, available: usize) -> usize {
+        match self.options.fast_dev_run {
+            0 => limit.of(available),
+            n => Limit::Batches(n).of(available),
+        }
+    }
+
+    fn load_weights<M: Module<Inner<B>>>(&self, model: M) -> anyhow::Result<M> {
+        let Some(path) = &self.options.ckpt_path else {
+            return Ok(model);
+        };
+        let bytes = self.checkpoint_io.load(path)?;
+        Checkpoint::decode(&bytes, path)?.load_model::<Inner<B>, M>(model, &self.device, path)
+    }
+
+    /// Creates the loggers on first use and the state of one entry point; runs `setup`.
+    fn start(&mut self, stage: Stage) -> anyhow::Result<Run> {
+        if self.loggers.is_none() {
+            let mut loggers = if self.is_global_zero && self.options.fast_dev_run == 0 {
+                Loggers::create(&self.options.default_root_dir, &self.options.logger)?
+            } else {
+                Loggers::none()
+            };
+            if self.is_global_zero {
+                for logger in self.extra_loggers.drain(..) {
+                    loggers.push(logger);
+                }
+                if !self.hparams.is_null() {
+                    loggers.log_hyperparams(&self.hparams)?;
+                }
+            }
+            self.loggers = Some(loggers);
+        }
+        let o = &self.options;
+        let state = TrainerState {
+            stage: Some(stage),
+            max_epochs: if o.fast_dev_run > 0 {
+                1
+            } else {
+                o.epoch_limit()
+            },
+            min_epochs: o.min_epochs,
+            default_root_dir: o.default_root_dir.clone(),
+            log_dir: self.log_dir().map(Path::to_owned),
+            is_global_zero: self.is_global_zero,
+            log_every_n_steps: o.log_every_n_steps,
+            fast_dev_run: o.fast_dev_run > 0,
+            ..TrainerState::default()
+        };
+        let mut run = Run {
+            state,
+            loggers: self.loggers.take().unwrap_or_default(),
+            callbacks: std::mem::take(&mut self.callbacks),
+            device_stats: {
+                let device = self.device.clone();
+                let stats = self.device_stats;
+                Box::new(move || stats(&device))
+            },
+            checkpoint_io: Arc::clone(&self.checkpoint_io),
+        };
+        run.hook(None, |c, x| c.setup(x))?;
+        Ok(run)
+    }
+
+    /// Runs `on_exception` on failure, then `teardown`, and gives the run's parts back.
+    fn finish<T>(&mut self, mut run: Run, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        if let Err(e) = &result {
+            let _ = run.hook(None, |c, x| {
+                c.on_exception(x, e);
+                Ok(())
+            });
+        }
+        let teardown = run.hook(None, |c, x| c.teardown(x));
+        let saved = run.loggers.save();
+        self.callbacks = run.callbacks;
+        self.loggers = Some(run.loggers);
+        let value = result?;
+        teardown?;
+        saved?;
+        Ok(value)
+    }
+
+    /// Batches of one evaluation pass with their batch hooks; returns the pass's epoch metrics.
+    fn eval_pass<E, I, Bt>(
+        &self,
+        run: &mut Run,
+        model: &E,
+        loader: &Loader<I>,
+        batcher: &Bt,
+        limit: usize,
+        stage: Stage,
+    ) -> anyhow::Result<BTreeMap<String, f64>>
+    where
+        E: EvalModule<Inner<B>>,
+        Bt: Batcher<Inner<B>, I, E::Batch>,
+    {
+        let mut collector = MetricCollector::default();
+        let mut log = StepLog::new(stage);
+        for (i, indices) in loader
+            .batch_indices(self.seed, 0)
+            .iter()
+            .take(limit)
+            .enumerate()
+        {
+            let batch = loader.batch::<Inner<B>, _>(batcher, indices, &self.device)?;
+            match stage {
+                Stage::Test => model.test_step(batch, &mut log),
+                _ => model.validation_step(batch, &mut log),
+            }
+            collector.collect(&mut log, false);
+            run.state.batch_idx = i;
+            run.hook(None, |c, x| match stage {
+                Stage::Test => c.on_test_batch_end(x),
+                _ => c.on_validation_batch_end(x),
+            })?;
+        }
+        Ok(collector.take_epoch())
+    }
+
+    fn fit_loop<M, I, Bt>(
+        &self,
+        run: &mut Run,
+        mut model: M,
+        batcher: &Bt,
+        train: &Loader<I>,
+        val: Option<&Loader<I>>,
+    ) -> anyhow::Result<FitOutcome<M>>
+    where
+        M: TrainingModule<B>,
+        M::InnerModule: EvalModule<Inner<B>>,
+        Bt: Batcher<B, I, M::Batch>
+            + Batcher<Inner<B>, I, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+    {
+        let started = Instant::now();
+        let o = &self.options;
+        let fast = o.fast_dev_run;
+        let overfit = o.overfit_batches.of(train.num_batches());
+        let mut train = train.clone();
+        let (n_train, n_val) = if fast > 0 {
+            (Limit::Batches(fast).of(train.num_batches()), 0)
+        } else if overfit > 0 {
+            train.shuffle = false;
+            (overfit, overfit)
+        } else {
+            (o.limit_train_batches.of(train.num_batches()), 0)
+        };
+        let n_val = match val {
+            None => 0,
+            Some(v) if fast > 0 => Limit::Batches(fast).of(v.num_batches()),
+            Some(v) if overfit > 0 => n_val.min(v.num_batches()),
+            Some(v) => o.limit_val_batches.of(v.num_batches()),
+        };
+        let val_every = match o.val_check_interval {
+            Limit::Fraction(f) => ((n_train as f64 * f).floor() as usize).max(1),
+            Limit::Batches(b) => usize::try_from(b).unwrap_or(usize::MAX),
+        };
+        if o.check_val_every_n_epoch.is_some() && n_val > 0 && val_every > n_train {
+            anyhow::bail!(
+                "invalid --trainer.val_check_interval value `{val_every}`: it must be at most the {n_train} training batches of an epoch, or set check_val_every_n_epoch=null to count batches across epochs"
+            );
+        }
+        let max_steps = if fast > 0 { Some(fast) } else { o.max_steps };
+        let accumulate = o.accumulate_grad_batches;
+        run.state.num_training_batches = n_train;
+
+        let Optimizers {
+            mut optimizer,
+            mut scheduler,
+            interval,
+        } = model.configure_optimizers();
+        let mut lr = match interval {
+            SchedulerInterval::Epoch => scheduler.step(),
+            SchedulerInterval::Step => f64::NAN,
+        };
+        let mut accumulator = GradientsAccumulator::<M>::new();
+        let mut collector = MetricCollector::default();
+        let mut batches_seen: u64 = 0;
+
+        run.hook_fit(&model, &optimizer, |c, x| c.on_fit_start(x))?;
+        let sanity = match (val, o.num_sanity_val_steps) {
+            _ if fast > 0 => 0,
+            (Some(_), Some(s)) => usize::try_from(s).unwrap_or(usize::MAX).min(n_val),
+            (Some(_), None) => n_val,
+            (None, _) => 0,
+        };
+        if let Some(val) = val.filter(|_| sanity > 0) {
+            run.state.sanity_checking = true;
+            run.state.num_eval_batches = sanity;
+            run.hook(None, |c, x| c.on_validation_start(x))?;
+            self.eval_pass(run, &model.valid(), val, batcher, sanity, Stage::Validate)?;
+            run.hook(None, |c, x| c.on_validation_end(x))?;
+            run.state.sanity_checking = false;
+        }
+
+        let mut epoch = 0;
+        let mut stop = false;
+        while epoch < run.state.max_epochs && !stop {
+            run.state.epoch = epoch;
+            run.hook_fit(&model, &optimizer, |c, x| c.on_train_epoch_start(x))?;
+            let batches = train.batch_indices(self.seed, epoch);
+            for (batch_idx, indices) in batches.iter().take(n_train).enumerate() {
+                let batch = train.batch::<B, _>(batcher, indices, &self.device)?;
+                let mut log = StepLog::new(Stage::Fit);
+                let loss = model.training_step(batch, &mut log);
+                let loss = if accumulate > 1 {
+                    loss.div_scalar(accumulate as f64)
+                } else {
+                    loss
+                };
+                let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+                let steps_now =
+                    (batch_idx + 1) % accumulate as usize == 0 || batch_idx + 1 == n_train;
+                if accumulate > 1 {
+                    accumulator.accumulate(&model, grads);
+                    grads = if steps_now {
+                        accumulator.grads()
+                    } else {
+                        GradientsParams::new()
+                    };
+                }
+                if steps_now {
+                    if let Some(threshold) = o.gradient_clip_val {
+                        grads::clip(&model, &mut grads, o.gradient_clip_algorithm, threshold);
+                    }
+                    if interval == SchedulerInterval::Step {
+                        lr = scheduler.step();
+                    }
+                    model = optimizer.step(lr, model, grads);
+                    run.state.global_step += 1;
+                    run.state.learning_rate = lr;
+                }
+                let logging_step =
+                    steps_now && run.state.global_step % o.log_every_n_steps.max(1) == 0;
+                collector.collect(&mut log, logging_step);
+                run.state
+                    .progress_bar_metrics
+                    .append(&mut collector.prog_bar);
+                if logging_step && !collector.step.is_empty() {
+                    let mut metrics = std::mem::take(&mut collector.step);
+                    run.state.callback_metrics.extend(metrics.clone());
+                    metrics.insert("epoch".into(), epoch as f64);
+                    run.loggers.log_metrics(&metrics, run.state.global_step)?;
+                }
+                run.state.batch_idx = batch_idx;
+                batches_seen += 1;
+                run.hook_fit(&model, &optimizer, |c, x| c.on_train_batch_end(x))?;
+
+                let validate_now = n_val > 0
+                    && match o.check_val_every_n_epoch {
+                        Some(n) => (epoch + 1) % n == 0 && (batch_idx + 1) % val_every == 0,
+                        None => batches_seen % val_every as u64 == 0,
+                    };
+                if let Some(val) = val.filter(|_| validate_now) {
+                    run.state.num_eval_batches = n_val;
+                    run.hook(None, |c, x| c.on_validation_start(x))?;
+                    let metrics =
+                        self.eval_pass(run, &model.valid(), val, batcher, n_val, Stage::Validate)?;
+                    run.publish(&metrics, true)?;
+                    run.hook_fit(&model, &optimizer, |c, x| c.on_validation_end(x))?;
+                }
+                let steps_done = max_steps.is_some_and(|m| run.state.global_step >= m);
+                stop = steps_done || (run.state.should_stop && epoch + 1 >= o.min_epochs);
+                if stop {
+                    break;
+                }
+            }
+            let epoch_metrics = collector.take_epoch();
+            run.publish(&epoch_metrics, false)?;
+            if interval == SchedulerInterval::Epoch {
+                lr = scheduler.step();
+            }
+            run.hook_fit(&model, &optimizer, |c, x| c.on_train_epoch_end(x))?;
+            run.loggers.save()?;
+            stop = stop
+                || max_steps.is_some_and(|m| run.state.global_step >= m)
+                || (run.state.should_stop && epoch + 1 >= o.min_epochs);
+            epoch += 1;
+        }
+        run.hook_fit(&model, &optimizer, |c, x| c.on_fit_end(x))?;
+        let best_model_path = run.callbacks.iter().find_map(|c| c.best_model_path());
+        Ok(FitOutcome {
+            model,
+            global_step: run.state.global_step,
+            epochs: epoch,
+            seconds: started.elapsed().as_secs_f64(),
+            metrics: run.state.callback_metrics.clone(),
+            best_model_path,
+            log_dir: run.state.log_dir.clone(),
+            stopped_early: run.state.should_stop,
+        })
+    }
+}
+
+/// The parts of the Trainer one entry point works with.
+struct Run {
+    state: TrainerState,
+    loggers: Loggers,
+    callbacks: Vec<Box<dyn Callback>>,
+    device_stats: Box<dyn Fn() -> DeviceStats>,
+    checkpoint_io: Arc<dyn CheckpointIO>,
+}
+
+type Saver<'a> = &'a dyn Fn(&Path, &TrainerState) -> anyhow::Result<()>;
+
+impl Run {
+    fn context<'a>(&'a mut self, saver: Option<Saver<'a>>) -> CallbackContext<'a> {
+        CallbackContext {
+            state: &mut self.state,
+            loggers: &mut self.loggers,
+            saver,
+            io: self.checkpoint_io.as_ref(),
+            device_stats: self.device_stats.as_ref(),
+        }
+    }
+
+    /// Calls one hook on every callback, in order; the first error stops and names the callback.
+    fn hook(
+        &mut self,
+        saver: Option<Saver<'_>>,
+        f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut callbacks = std::mem::take(&mut self.callbacks);
+        let result = (|| {
+            let mut ctx = self.context(saver);
+            for c in &mut callbacks {
+                f(c.as_mut(), &mut ctx).with_context(|| format!("in callback {}", c.name()))?;
+            }
+            Ok(())
+        })();
+        self.callbacks = callbacks;
+        result
+    }
+
+    /// A hook during `fit`, where callbacks may save checkpoints of `model` and `optimizer`.
+    fn hook_fit<B, M, O>(
+        &mut self,
+        model: &M,
+        optimizer: &O,
+        f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+        O: Optimizer<M, B>,
+    {
+        let io = Arc::clone(&self.checkpoint_io);
+        let save = |path: &Path, state: &TrainerState| -> anyhow::Result<()> {
+            let bytes = Checkpoint::encode(
+                state.epoch,
+                state.global_step,
+                state.callback_metrics.clone(),
+                vec![
+                    (
+                        "model".into(),
+                        record_bytes::<B, _>(model.clone().into_record())?,
+                    ),
+                    (
+                        "optimizer".into(),
+                        record_bytes::<B, _>(optimizer.to_record())?,
+                    ),
+                ],
+            )?;
+            io.save(&bytes, path)
+        };
+        self.hook(Some(&save), f)
+    }
+
+    /// Makes epoch-level metrics visible: to callbacks, the progress bar, and the loggers
+    /// (with the epoch number, at the current step).
+    fn publish(
+        &mut self,
+        metrics: &BTreeMap<String, f64>,
+        to_prog_bar: bool,
+    ) -> anyhow::Result<()> {
+        if metrics.is_empty() {
+            return Ok(());
+        }
+        self.state.callback_metrics.extend(metrics.clone());
+        if to_prog_bar {
+            self.state.progress_bar_metrics.extend(metrics.clone());
+        }
+        let mut logged = metrics.clone();
+        logged.insert("epoch".into(), self.state.epoch as f64);
+        self.loggers.log_metrics(&logged, self.state.global_step)
+    }
+}

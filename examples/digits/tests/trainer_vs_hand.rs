@@ -1,0 +1,67 @@
+//! ACCEPTANCE 27: with a fixed seed, fit through the Trainer gives bitwise the same weights as
+//! the hand-written burn loop over the same batches (cpu).
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+use burn_autodiff::Autodiff;
+use burn_flex::{Flex, FlexDevice};
+use digits::data::DigitsData;
+use digits::model::{DigitsModel, Mlp, ModelConfig};
+use digits::train::{DataConfig, fit_by_hand};
+use ember::{Trainer, TrainerOptions};
+
+type B = Autodiff<Flex>;
+
+/// Every float parameter's bits, in module order.
+struct Bits(Vec<Vec<u32>>);
+
+impl<B: Backend> ModuleVisitor<B> for Bits {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let values = param.val().into_data().to_vec::<f32>().unwrap();
+        self.0.push(values.iter().map(|v| v.to_bits()).collect());
+    }
+}
+
+fn bits(model: &Mlp<B>) -> Vec<Vec<u32>> {
+    let mut visitor = Bits(Vec::new());
+    model.visit(&mut visitor);
+    visitor.0
+}
+
+#[test]
+fn trainer_and_hand_loop_give_bitwise_equal_weights() {
+    let model_config = ModelConfig::default();
+    let data_config = DataConfig::default();
+    let epochs = 3;
+    let (hand, report) =
+        fit_by_hand::<B>(&FlexDevice, &model_config, &data_config, epochs, |_, _| {}).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let options = TrainerOptions {
+        seed: Some(data_config.seed),
+        max_epochs: Some(epochs as u64),
+        enable_progress_bar: false,
+        default_root_dir: dir.path().to_owned(),
+        ..TrainerOptions::default()
+    };
+    let mut trainer = Trainer::<B>::on_device(FlexDevice, options).unwrap();
+    let model = DigitsModel::<B>::new(&model_config, trainer.device());
+    let out = trainer
+        .fit(model, &mut DigitsData::new(data_config))
+        .unwrap();
+
+    assert_eq!(out.global_step as usize, report.steps);
+    let (ours, theirs) = (bits(&out.model.mlp), bits(&hand));
+    assert_eq!(ours.len(), 6, "three layers, weight and bias each");
+    assert!(
+        ours == theirs,
+        "the Trainer's weights differ from the hand loop's"
+    );
+    let val_acc = out.metrics["val_acc"];
+    assert!(
+        (val_acc - report.val_accuracy[epochs - 1]).abs() < 1e-9,
+        "val_acc {val_acc} vs the hand loop's {:?}",
+        report.val_accuracy
+    );
+}
