@@ -193,7 +193,10 @@ fn fit(
 
 /// Records hook calls as `(hook, sanity_checking, epoch, global_step)`.
 #[derive(Clone, Default)]
-struct Recorder(Rc<RefCell<Vec<(&'static str, bool, u64, u64)>>>);
+struct Recorder(Rc<RefCell<Vec<Call>>>);
+
+/// One hook call: `(hook, sanity_checking, epoch, global_step)`.
+type Call = (&'static str, bool, u64, u64);
 
 impl Recorder {
     fn push(&self, hook: &'static str, ctx: &CallbackContext<'_>) {

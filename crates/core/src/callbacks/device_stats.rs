@@ -32,7 +32,8 @@ impl Callback for DeviceStatsMonitor {
 
     fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
         let step = ctx.state.global_step;
-        if step % ctx.state.log_every_n_steps.max(1) != 0 || self.last_step == Some(step) {
+        if !step.is_multiple_of(ctx.state.log_every_n_steps.max(1)) || self.last_step == Some(step)
+        {
             return Ok(());
         }
         self.last_step = Some(step);

@@ -72,7 +72,7 @@ impl EarlyStopping {
                 "EarlyStopping needs init_args.monitor, the metric to watch (e.g. val_loss)",
             ));
         }
-        if !(config.min_delta >= 0.0) {
+        if config.min_delta.is_nan() || config.min_delta < 0.0 {
             return Err(FlagError::new(
                 "--trainer.callbacks",
                 config.min_delta.to_string(),

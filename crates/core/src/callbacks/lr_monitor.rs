@@ -60,7 +60,7 @@ impl Callback for LearningRateMonitor {
     fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
         let every = ctx.state.log_every_n_steps.max(1);
         if self.config.logging_interval == LoggingInterval::Step
-            && ctx.state.global_step % every == 0
+            && ctx.state.global_step.is_multiple_of(every)
         {
             self.log(ctx)?;
         }

@@ -89,13 +89,16 @@ pub struct TrainerState {
     pub fast_dev_run: bool,
 }
 
+/// Writes a checkpoint of the current model and optimizer to a path (during `fit`).
+pub(crate) type Saver<'a> = &'a dyn Fn(&Path, &TrainerState) -> anyhow::Result<()>;
+
 /// What a hook gets besides the state.
 pub struct CallbackContext<'a> {
     /// Counters and metrics; writable (`should_stop`).
     pub state: &'a mut TrainerState,
     /// The run's loggers (empty on ranks other than 0).
     pub loggers: &'a mut Loggers,
-    pub(crate) saver: Option<&'a dyn Fn(&Path, &TrainerState) -> anyhow::Result<()>>,
+    pub(crate) saver: Option<Saver<'a>>,
     pub(crate) io: &'a dyn CheckpointIO,
     pub(crate) device_stats: &'a dyn Fn() -> DeviceStats,
 }

@@ -147,7 +147,7 @@ impl ModelCheckpoint {
         if !state.is_global_zero
             || state.fast_dev_run
             || self.last_saved_step == Some(state.global_step)
-            || (state.epoch + 1) % self.config.every_n_epochs.max(1) != 0
+            || !(state.epoch + 1).is_multiple_of(self.config.every_n_epochs.max(1))
         {
             return Ok(());
         }

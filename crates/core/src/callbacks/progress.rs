@@ -88,7 +88,7 @@ impl Callback for ProgressBar {
     fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
         if let Some(bar) = &self.bar {
             let done = ctx.state.batch_idx as u64 + 1;
-            if done % self.config.refresh_rate.max(1) == 0 {
+            if done.is_multiple_of(self.config.refresh_rate.max(1)) {
                 bar.set_position(done);
                 bar.set_message(metrics_text(&ctx.state.progress_bar_metrics));
             }

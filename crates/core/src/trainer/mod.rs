@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use crate::accelerator::{Accelerator, DeviceStats};
 use crate::callbacks::{
-    self, Callback, CallbackContext, ModelCheckpoint, ProgressBar, TrainerState,
+    self, Callback, CallbackContext, ModelCheckpoint, ProgressBar, Saver, TrainerState,
 };
 use crate::checkpoint_io::{CheckpointIO, LocalCheckpointIO};
 use crate::cli::Stage;
@@ -553,8 +553,11 @@ impl<B: AutodiffBackend> Trainer<B> {
                     run.state.global_step += 1;
                     run.state.learning_rate = lr;
                 }
-                let logging_step =
-                    steps_now && run.state.global_step % o.log_every_n_steps.max(1) == 0;
+                let logging_step = steps_now
+                    && run
+                        .state
+                        .global_step
+                        .is_multiple_of(o.log_every_n_steps.max(1));
                 collector.collect(&mut log, logging_step);
                 run.state
                     .progress_bar_metrics
@@ -572,7 +575,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 let validate_now = n_val > 0
                     && match o.check_val_every_n_epoch {
                         Some(n) => (epoch + 1) % n == 0 && (batch_idx + 1) % val_every == 0,
-                        None => batches_seen % val_every as u64 == 0,
+                        None => batches_seen.is_multiple_of(val_every as u64),
                     };
                 if let Some(val) = val.filter(|_| validate_now) {
                     run.state.num_eval_batches = n_val;
@@ -623,8 +626,6 @@ struct Run {
     device_stats: Box<dyn Fn() -> DeviceStats>,
     checkpoint_io: Arc<dyn CheckpointIO>,
 }
-
-type Saver<'a> = &'a dyn Fn(&Path, &TrainerState) -> anyhow::Result<()>;
 
 impl Run {
     fn context<'a>(&'a mut self, saver: Option<Saver<'a>>) -> CallbackContext<'a> {
