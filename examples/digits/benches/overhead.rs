@@ -16,7 +16,7 @@ use ember::trainer::options::Limit;
 use ember::{DataModule, Stage, Trainer, TrainerOptions};
 
 type B = Autodiff<Flex>;
-const EPOCHS: u64 = 10;
+const EPOCHS: u64 = 30;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
