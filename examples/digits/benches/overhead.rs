@@ -1,7 +1,7 @@
 //! What the Trainer costs over a hand-written burn loop: the same model (digits MLP), the same
 //! batches (same seed, same shuffles), the same optimizer (Adam), alternating in one process.
 //!
-//! `cargo xtask bench overhead [ROUNDS]`. Both sides only train (no validation, no files, no
+//! `cargo xtask bench overhead [ROUNDS]`. Rounds alternate which side runs first. Both sides only train (no validation, no files, no
 //! progress bar), so the difference is the Trainer's loop, logging and hooks. The last line is
 //! `overhead ratio: X.XXX`: the Trainer's time per step over the hand loop's (medians).
 
@@ -57,8 +57,15 @@ fn main() -> anyhow::Result<()> {
     trainer_run(&model, &data)?;
     train_by_hand::<B>(&FlexDevice, &model, &data, EPOCHS as usize)?;
     for round in 0..rounds {
+        // Alternate which side goes first, so neither always runs on a warmer cache.
+        let hand_first = round % 2 == 1;
+        let early_hand =
+            hand_first.then(|| train_by_hand::<B>(&FlexDevice, &model, &data, EPOCHS as usize));
         let (t, steps) = trainer_run(&model, &data)?;
-        let (_, h) = train_by_hand::<B>(&FlexDevice, &model, &data, EPOCHS as usize)?;
+        let (_, h) = match early_hand {
+            Some(h) => h?,
+            None => train_by_hand::<B>(&FlexDevice, &model, &data, EPOCHS as usize)?,
+        };
         let h_per_step = h.seconds / h.steps as f64;
         println!(
             "round {round}: trainer {:.0} steps/s, hand loop {:.0} steps/s ({steps} steps each)",

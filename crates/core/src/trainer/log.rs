@@ -86,15 +86,16 @@ impl<B: Backend> LogValue<B> {
     }
 }
 
+/// A logged tensor is detached, so holding it until it is read keeps no autodiff graph alive.
 impl<B: Backend> From<&Tensor<B, 1>> for LogValue<B> {
     fn from(t: &Tensor<B, 1>) -> Self {
-        LogValue::Tensor(t.clone())
+        LogValue::Tensor(t.clone().detach())
     }
 }
 
 impl<B: Backend> From<Tensor<B, 1>> for LogValue<B> {
     fn from(t: Tensor<B, 1>) -> Self {
-        LogValue::Tensor(t)
+        LogValue::Tensor(t.detach())
     }
 }
 
