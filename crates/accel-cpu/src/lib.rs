@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use ember_core::{Accelerator, AcceleratorKind, DeviceStats};
+use ember_core::{Accelerator, AcceleratorKind, DeviceStats, Precision};
 use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System};
 
 /// The backend CPU runs train on.
@@ -45,6 +45,17 @@ impl Accelerator for CpuAccelerator {
 
     fn parallel_devices(ids: &[usize]) -> Vec<FlexDevice> {
         ids.iter().map(|_| FlexDevice).collect()
+    }
+
+    /// burn-flex computes in F32, F64, F16 and BF16 at run time; the Trainer makes the
+    /// precision's type the device's default float type. Mixed precisions are not built yet.
+    fn precisions() -> &'static [Precision] {
+        &[
+            Precision::F32True,
+            Precision::F64True,
+            Precision::F16True,
+            Precision::Bf16True,
+        ]
     }
 
     fn deterministic() -> Result<(), String> {

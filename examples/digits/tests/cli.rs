@@ -231,3 +231,41 @@ fn loop_flags_are_checked_before_anything_runs() {
         }
     }
 }
+
+#[test]
+fn true_precisions_train_and_mixed_ones_are_refused_on_cpu() {
+    for precision in ["bf16-true", "16-true"] {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = format!("--trainer.precision={precision}");
+        let out = digits_in(dir.path(), &["fit", &flag, "--trainer.max_epochs=3"]);
+        assert!(out.status.success(), "{precision}: {}", stderr(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let acc: f64 = stdout
+            .split("val_acc ")
+            .nth(1)
+            .and_then(|rest| rest.split(';').next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("{precision}: no val_acc in {stdout}"));
+        assert!(
+            acc > 0.5,
+            "{precision} should learn something in 3 epochs: {acc}"
+        );
+        let hparams =
+            std::fs::read_to_string(dir.path().join("lightning_logs/version_0/hparams.yaml"))
+                .unwrap();
+        assert!(
+            hparams.contains(&format!("precision: {precision}")),
+            "{hparams}"
+        );
+    }
+    for precision in ["bf16-mixed", "16-mixed"] {
+        let flag = format!("--trainer.precision={precision}");
+        let out = digits(&["fit", &flag], &[]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            stderr(&out).contains("it runs: 32-true, 64-true, 16-true, bf16-true"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod dtype;
 pub mod grads;
 pub mod log;
 pub mod module;
@@ -85,8 +86,9 @@ fn no_stats<D>(_: &D) -> DeviceStats {
 impl<B: AutodiffBackend> Trainer<B> {
     /// A Trainer for the device this process drives under `plan`, on accelerator `A`.
     ///
-    /// It refuses `deterministic=true` where the accelerator has no deterministic mode, and
-    /// seeds the backend, so a model built right after it starts from the seed's weights.
+    /// It refuses `deterministic=true` where the accelerator has no deterministic mode, makes
+    /// the plan's precision the device's float type (see [`dtype`]), and seeds the backend, so
+    /// a model built right after it starts from the seed's weights in that type.
     pub fn new<A: Accelerator<Backend = B>>(
         plan: &Plan,
         options: TrainerOptions,
@@ -103,6 +105,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             .into_iter()
             .next()
             .context("the accelerator returned no device")?;
+        dtype::apply::<B>(&device, plan.precision)?;
         let mut trainer = Self::on_device(device, options)?;
         trainer.device_stats = A::device_stats;
         trainer.is_global_zero = plan.global_rank == 0;

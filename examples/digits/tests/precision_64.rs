@@ -1,0 +1,76 @@
+//! 64-true on cpu: the model is built and trained in f64. (Its own test binary: a process
+//! trains in one float type per device.)
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor};
+use digits::data::DigitsData;
+use digits::model::{DigitsModel, ModelConfig};
+use digits::train::DataConfig;
+use ember::cpu::CpuAccelerator;
+use ember::{Plan, Precision, Trainer, TrainerOptions};
+
+type B = <CpuAccelerator as ember::Accelerator>::Backend;
+
+/// The dtype of every float parameter.
+struct Dtypes(Vec<DType>);
+
+impl<B: Backend> ModuleVisitor<B> for Dtypes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.push(param.val().dtype());
+    }
+}
+
+fn dtypes<M: Module<B>>(model: &M) -> Vec<DType> {
+    let mut visitor = Dtypes(Vec::new());
+    model.visit(&mut visitor);
+    visitor.0
+}
+
+#[test]
+fn sixty_four_true_builds_and_trains_in_f64() {
+    let plan = Plan {
+        accelerator: "cpu".into(),
+        strategy: "single_device".into(),
+        devices: vec![0],
+        num_nodes: 1,
+        precision: Precision::F64True,
+        cluster_environment: "local".into(),
+        world_size: 1,
+        global_rank: 0,
+        local_rank: 0,
+        node_rank: 0,
+        main_address: "127.0.0.1".into(),
+        main_port: 29500,
+        warnings: vec![],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let options = TrainerOptions {
+        seed: Some(42),
+        max_epochs: Some(3),
+        enable_progress_bar: false,
+        default_root_dir: dir.path().to_owned(),
+        ..TrainerOptions::default()
+    };
+    let mut trainer = Trainer::<B>::new::<CpuAccelerator>(&plan, options).unwrap();
+    let model = DigitsModel::<B>::new(&ModelConfig::default(), trainer.device());
+    assert_eq!(dtypes(&model), vec![DType::F64; 6]);
+    let out = trainer
+        .fit(model, &mut DigitsData::new(DataConfig::default()))
+        .unwrap();
+    assert_eq!(
+        dtypes(&out.model),
+        vec![DType::F64; 6],
+        "still f64 after Adam steps"
+    );
+    assert!(out.metrics["val_acc"] > 0.85, "{:?}", out.metrics);
+
+    // A second float type in the same process is refused, not applied silently.
+    let mut f32_plan = plan.clone();
+    f32_plan.precision = Precision::F32True;
+    let e = Trainer::<B>::new::<CpuAccelerator>(&f32_plan, TrainerOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("32-true") && e.contains("F64"), "{e}");
+}
