@@ -17,6 +17,7 @@ cargo xtask <task>
                      wgpu: build + tests (lavapipe when no GPU); prints backend x result
   bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
   bench overhead [ROUNDS]       the Trainer vs a hand-written burn loop (digits, cpu)
+  bench precision [ROUNDS]      steps/s of digits at each precision the cpu runs
   lint               fmt --check, clippy -D warnings (all targets, all features)
   ci                 lint, then test
   setup              install system packages the tests need (scripts/setup.sh)
@@ -164,13 +165,15 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
-            Some(&"overhead") => {
-                let mut cargo = vec!["bench", "-p", "digits", "--bench", "overhead", "--"];
+            Some(&name @ ("overhead" | "precision")) => {
+                let mut cargo = vec!["bench", "-p", "digits", "--bench", name, "--"];
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
             other => {
-                eprintln!("xtask: unknown benchmark {other:?}; available: cpu-backends, overhead");
+                eprintln!(
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision"
+                );
                 false
             }
         },

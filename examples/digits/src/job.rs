@@ -27,7 +27,7 @@ pub struct DigitsJob {
     pub data: DataConfig,
     /// The Trainer's loop options.
     pub options: TrainerOptions,
-    /// The whole merged config, recorded as hyperparameters.
+    /// The whole merged config, recorded as hyperparameters (with the resolved plan).
     pub hparams: Value,
 }
 
@@ -77,8 +77,10 @@ impl Job for DigitsJob {
                 plan.devices
             );
         }
-        let mut trainer = Trainer::<A::Backend>::new::<A>(plan, self.options.clone())?
-            .with_hparams(self.hparams.clone());
+        let mut hparams = self.hparams.clone();
+        hparams["plan"] = serde_json::to_value(plan)?;
+        let mut trainer =
+            Trainer::<A::Backend>::new::<A>(plan, self.options.clone())?.with_hparams(hparams);
         let mut data = DigitsData::new(self.data.clone());
         run_stage(&mut trainer, &self, &mut data, plan)
     }
