@@ -223,26 +223,32 @@ fn a14_precision_names() {
 }
 
 #[test]
-fn a14_a17_precisions_not_runnable_yet_are_refused_at_plan_time() {
-    for p in [Precision::Bf16Mixed, Precision::F16Mixed] {
-        let e = err_of(&flags().precision(p.name()), "");
+fn a14_a17_precisions_an_accelerator_cannot_run_are_refused_at_plan_time() {
+    for p in ["64-true", "bf16-mixed", "16-true"] {
+        let e = err_of(&flags().accelerator("tpu").precision(p), "tpu=4");
         assert_eq!(e.flag, "--trainer.precision");
         assert!(
-            e.message.contains("accelerator cpu cannot run bf16-mixed")
-                && e.message
-                    .contains("it runs: 32-true, 64-true, 16-true, bf16-true"),
+            e.message
+                .contains(&format!("accelerator tpu cannot run {p}"))
+                && e.message.contains("it runs: 32-true"),
             "{e}"
         );
     }
-    for p in ["64-true", "16-true", "bf16-true"] {
+    for p in ["64-true", "16-true", "bf16-true", "bf16-mixed"] {
         assert_eq!(plan(&flags().precision(p), "").unwrap().precision.name(), p);
     }
 }
 
 #[test]
 fn a15_16_mixed_on_cpu_warns_and_uses_bf16_mixed() {
-    let e = err_of(&flags().precision("16-mixed"), "");
-    assert!(e.message.contains("it runs 16-mixed as bf16-mixed"), "{e}");
+    let p = plan(&flags().precision("16-mixed"), "").unwrap();
+    assert_eq!(p.precision, Precision::Bf16Mixed);
+    assert_eq!(p.warnings.len(), 1, "warns once: {:?}", p.warnings);
+    assert!(
+        p.warnings[0].contains("using bf16-mixed"),
+        "{:?}",
+        p.warnings
+    );
     // A CPU accelerator that can run bf16-mixed gets it, with a warning.
     let registry = ember_acceptance::registry::<ember_acceptance::WhoRuns>()
         .register::<ember_acceptance::MixedCpu>()

@@ -48,13 +48,15 @@ impl Accelerator for CpuAccelerator {
     }
 
     /// burn-flex computes in F32, F64, F16 and BF16 at run time; the Trainer makes the
-    /// precision's type the device's default float type. Mixed precisions are not built yet.
+    /// precision's type the device's default float type. 16-mixed becomes bf16-mixed on a CPU
+    /// (the connector's rule), so loss scaling is never needed here.
     fn precisions() -> &'static [Precision] {
         &[
             Precision::F32True,
             Precision::F64True,
             Precision::F16True,
             Precision::Bf16True,
+            Precision::Bf16Mixed,
         ]
     }
 

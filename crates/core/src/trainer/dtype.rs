@@ -1,34 +1,46 @@
-//! The dtype side of a precision: which float type tensors on the device are created in.
+//! The dtype side of a precision: which float type tensors on the device are created in, and
+//! for the mixed precisions which type the master weights stay in.
 //!
 //! burn 0.21 keeps a default float dtype per device (set once, before the first tensor on it);
 //! `Tensor::from_data` and every module initialiser create floats in it, and burn-flex runs
 //! F64, F16 and BF16 kernels at run time. A "true" precision is therefore one backend type
 //! plus the device's default dtype, set when the Trainer is made and before the model is.
+//!
+//! A mixed precision sets the device's default to the low-precision type, so batches arrive in
+//! it, and keeps the weights the optimizer updates in f32 ([`master`]). Each step computes with
+//! a copy cast to the low type ([`compute`]); burn-autodiff's cast casts the gradient back, so
+//! the gradients reaching the optimizer are f32.
 
 use anyhow::bail;
-use burn::tensor::backend::{Backend, set_default_float_dtype};
-use burn::tensor::{FloatDType, get_device_settings};
+use burn::module::{Module, ModuleMapper, Param};
+use burn::tensor::backend::{AutodiffBackend, Backend, set_default_float_dtype};
+use burn::tensor::{FloatDType, Tensor, get_device_settings};
 
 use crate::precision::Precision;
 
-/// The float type a true precision computes in; `None` for the mixed ones.
-pub fn true_dtype(precision: Precision) -> Option<FloatDType> {
+/// The float type a precision computes in (the device's default float type).
+pub fn compute_dtype(precision: Precision) -> FloatDType {
     match precision {
-        Precision::F32True => Some(FloatDType::F32),
-        Precision::F64True => Some(FloatDType::F64),
-        Precision::F16True => Some(FloatDType::F16),
-        Precision::Bf16True => Some(FloatDType::BF16),
-        Precision::F16Mixed | Precision::Bf16Mixed => None,
+        Precision::F32True => FloatDType::F32,
+        Precision::F64True => FloatDType::F64,
+        Precision::F16True | Precision::F16Mixed => FloatDType::F16,
+        Precision::Bf16True | Precision::Bf16Mixed => FloatDType::BF16,
     }
 }
 
-/// Makes `precision`'s float type the default of `device`. It fails when the precision is a
-/// mixed one (not built yet), when the backend lacks the type, or when tensors already exist
-/// on the device in another type (a process trains in one float type per device).
+/// The low-precision type of a mixed precision; `None` for the true ones.
+pub fn mixed_dtype(precision: Precision) -> Option<FloatDType> {
+    match precision {
+        Precision::F16Mixed | Precision::Bf16Mixed => Some(compute_dtype(precision)),
+        _ => None,
+    }
+}
+
+/// Makes `precision`'s compute type the default float type of `device`. It fails when the
+/// backend lacks the type, or when tensors already exist on the device in another type (a
+/// process trains in one float type per device).
 pub fn apply<B: Backend>(device: &B::Device, precision: Precision) -> anyhow::Result<()> {
-    let Some(dtype) = true_dtype(precision) else {
-        bail!("precision {precision} (f32 master weights, low-precision compute) is not built yet");
-    };
+    let dtype = compute_dtype(precision);
     match set_default_float_dtype::<B>(device, dtype) {
         Ok(()) => Ok(()),
         Err(error) => {
@@ -42,4 +54,36 @@ pub fn apply<B: Backend>(device: &B::Device, precision: Precision) -> anyhow::Re
             )
         }
     }
+}
+
+/// Casts every float parameter of a module to a dtype, recording the cast under autodiff.
+struct Cast(FloatDType);
+
+impl<B: Backend> ModuleMapper<B> for Cast {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        param.map(|t| t.cast(self.0))
+    }
+}
+
+/// Replaces every float parameter with an f32 copy that is a new leaf of the graph.
+struct F32Leaves;
+
+impl<B: AutodiffBackend> ModuleMapper<B> for F32Leaves {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        param.map(|t| {
+            let require_grad = t.is_require_grad();
+            Tensor::from_inner(t.inner().cast(FloatDType::F32)).set_require_grad(require_grad)
+        })
+    }
+}
+
+/// The model with f32 leaf parameters: the weights the optimizer updates under a mixed precision.
+pub fn master<B: AutodiffBackend, M: Module<B>>(model: M) -> M {
+    model.map(&mut F32Leaves)
+}
+
+/// A copy of `model` cast to `dtype`; under autodiff the casts are recorded, so a loss
+/// computed with it sends f32 gradients to `model`'s parameters.
+pub fn compute<B: Backend, M: Module<B>>(model: M, dtype: FloatDType) -> M {
+    model.map(&mut Cast(dtype))
 }

@@ -24,6 +24,7 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
+use burn::tensor::FloatDType;
 use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
@@ -77,6 +78,8 @@ pub struct Trainer<B: AutodiffBackend> {
     checkpoint_io: Arc<dyn CheckpointIO>,
     hparams: Value,
     device_stats: fn(&B::Device) -> DeviceStats,
+    /// The low-precision compute type under a mixed precision.
+    mixed: Option<FloatDType>,
 }
 
 fn no_stats<D>(_: &D) -> DeviceStats {
@@ -107,6 +110,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             .context("the accelerator returned no device")?;
         dtype::apply::<B>(&device, plan.precision)?;
         let mut trainer = Self::on_device(device, options)?;
+        trainer.mixed = dtype::mixed_dtype(plan.precision);
         trainer.device_stats = A::device_stats;
         trainer.is_global_zero = plan.global_rank == 0;
         Ok(trainer)
@@ -132,6 +136,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             checkpoint_io: Arc::new(LocalCheckpointIO),
             hparams: Value::Null,
             device_stats: no_stats,
+            mixed: None,
             options,
         })
     }
@@ -444,6 +449,14 @@ impl<B: AutodiffBackend> Trainer<B> {
         Ok(collector.take_epoch())
     }
 
+    /// The model validation runs on during `fit`: the inner module, in the compute type.
+    fn eval_model<M: AutodiffModule<B>>(&self, model: &M) -> M::InnerModule {
+        match self.mixed {
+            Some(low) => dtype::compute(model.valid(), low),
+            None => model.valid(),
+        }
+    }
+
     fn fit_loop<M, I, Bt>(
         &self,
         run: &mut Run,
@@ -490,6 +503,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         let accumulate = o.accumulate_grad_batches;
         run.state.num_training_batches = n_train;
 
+        if self.mixed.is_some() {
+            model = dtype::master(model);
+        }
         let Optimizers {
             mut optimizer,
             mut scheduler,
@@ -514,7 +530,14 @@ impl<B: AutodiffBackend> Trainer<B> {
             run.state.sanity_checking = true;
             run.state.num_eval_batches = sanity;
             run.hook(None, |c, x| c.on_validation_start(x))?;
-            self.eval_pass(run, &model.valid(), val, batcher, sanity, Stage::Validate)?;
+            self.eval_pass(
+                run,
+                &self.eval_model(&model),
+                val,
+                batcher,
+                sanity,
+                Stage::Validate,
+            )?;
             run.hook(None, |c, x| c.on_validation_end(x))?;
             run.state.sanity_checking = false;
         }
@@ -528,7 +551,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             for (batch_idx, indices) in batches.iter().take(n_train).enumerate() {
                 let batch = train.batch::<B, _>(batcher, indices, &self.device)?;
                 let mut log = StepLog::new(Stage::Fit);
-                let loss = model.training_step(batch, &mut log);
+                let loss = match self.mixed {
+                    Some(low) => dtype::compute(model.clone(), low).training_step(batch, &mut log),
+                    None => model.training_step(batch, &mut log),
+                };
                 let loss = if accumulate > 1 {
                     loss.div_scalar(accumulate as f64)
                 } else {
@@ -583,8 +609,9 @@ impl<B: AutodiffBackend> Trainer<B> {
                 if let Some(val) = val.filter(|_| validate_now) {
                     run.state.num_eval_batches = n_val;
                     run.hook(None, |c, x| c.on_validation_start(x))?;
+                    let eval = self.eval_model(&model);
                     let metrics =
-                        self.eval_pass(run, &model.valid(), val, batcher, n_val, Stage::Validate)?;
+                        self.eval_pass(run, &eval, val, batcher, n_val, Stage::Validate)?;
                     run.publish(&metrics, true)?;
                     run.hook_fit(&model, &optimizer, |c, x| c.on_validation_end(x))?;
                 }

@@ -1,0 +1,85 @@
+//! bf16-mixed on cpu: f32 master weights, bf16 compute, f32 gradients. (Its own test binary:
+//! a process trains in one float type per device.)
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::nn::LinearConfig;
+use burn::optim::GradientsParams;
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, FloatDType, Tensor};
+use digits::data::DigitsData;
+use digits::model::{DigitsModel, ModelConfig};
+use digits::train::DataConfig;
+use ember::cpu::CpuAccelerator;
+use ember::trainer::dtype;
+use ember::{Plan, Precision, Trainer, TrainerOptions};
+
+type B = <CpuAccelerator as ember::Accelerator>::Backend;
+
+struct Dtypes(Vec<DType>);
+
+impl<B: Backend> ModuleVisitor<B> for Dtypes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.push(param.val().dtype());
+    }
+}
+
+fn dtypes<B: Backend, M: Module<B>>(model: &M) -> Vec<DType> {
+    let mut visitor = Dtypes(Vec::new());
+    model.visit(&mut visitor);
+    visitor.0
+}
+
+#[test]
+fn bf16_mixed_keeps_f32_masters_and_computes_in_bf16() {
+    let plan = Plan {
+        accelerator: "cpu".into(),
+        strategy: "single_device".into(),
+        devices: vec![0],
+        num_nodes: 1,
+        precision: Precision::Bf16Mixed,
+        cluster_environment: "local".into(),
+        world_size: 1,
+        global_rank: 0,
+        local_rank: 0,
+        node_rank: 0,
+        main_address: "127.0.0.1".into(),
+        main_port: 29500,
+        warnings: vec![],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let options = TrainerOptions {
+        seed: Some(42),
+        max_epochs: Some(3),
+        enable_progress_bar: false,
+        default_root_dir: dir.path().to_owned(),
+        ..TrainerOptions::default()
+    };
+    let mut trainer = Trainer::<B>::new::<CpuAccelerator>(&plan, options).unwrap();
+    let device = trainer.device().clone();
+
+    // The mechanism: batches and fresh weights are bf16 (the device's type); the master copy
+    // is f32; a loss computed with the bf16 copy gives f32 gradients for the master.
+    let layer = LinearConfig::new(4, 2).init::<B>(&device);
+    assert_eq!(dtypes(&layer), vec![DType::BF16; 2]);
+    let master = dtype::master(layer);
+    assert_eq!(dtypes(&master), vec![DType::F32; 2]);
+    let low = dtype::compute(master.clone(), FloatDType::BF16);
+    assert_eq!(dtypes(&low), vec![DType::BF16; 2]);
+    let x = Tensor::<B, 2>::ones([3, 4], &device);
+    assert_eq!(x.dtype(), DType::BF16);
+    let loss = low.forward(x).sum();
+    assert_eq!(loss.dtype(), DType::BF16);
+    let grads = GradientsParams::from_grads(loss.backward(), &master);
+    let g = grads
+        .get::<<B as burn::tensor::backend::AutodiffBackend>::InnerBackend, 2>(master.weight.id)
+        .expect("the master weight has a gradient");
+    assert_eq!(g.dtype(), DType::F32);
+
+    // Through the Trainer: digits learns, and the trained weights are the f32 masters.
+    let model = DigitsModel::<B>::new(&ModelConfig::default(), &device);
+    let out = trainer
+        .fit(model, &mut DigitsData::new(DataConfig::default()))
+        .unwrap();
+    assert_eq!(dtypes(&out.model), vec![DType::F32; 6]);
+    assert!(out.metrics["val_acc"] > 0.85, "{:?}", out.metrics);
+}
