@@ -131,6 +131,18 @@ impl Checkpoint {
         Ok(Self { header, sections })
     }
 
+    /// The loss scaler's state, when the run had one (16-mixed).
+    pub fn grad_scaler(
+        &self,
+        path: &Path,
+    ) -> anyhow::Result<Option<crate::trainer::scaler::GradScaler>> {
+        self.sections
+            .get("grad_scaler")
+            .map(|bytes| serde_json::from_slice(bytes))
+            .transpose()
+            .with_context(|| format!("{}: corrupt grad_scaler section", path.display()))
+    }
+
     /// Loads the `model` section into `model`'s weights.
     pub fn load_model<B: Backend, M: Module<B>>(
         &self,

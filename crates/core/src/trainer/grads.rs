@@ -59,6 +59,14 @@ impl<B: AutodiffBackend> GradFn<B> for ScaleBy<B> {
     }
 }
 
+struct MulBy(f64);
+
+impl<B: AutodiffBackend> GradFn<B> for MulBy {
+    fn apply<const D: usize>(&self, g: Tensor<B::InnerBackend, D>) -> Tensor<B::InnerBackend, D> {
+        g.mul_scalar(self.0)
+    }
+}
+
 struct ClampTo(f64);
 
 impl<B: AutodiffBackend> GradFn<B> for ClampTo {
@@ -87,6 +95,15 @@ pub fn global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut visitor = SquaredNorm::<B> { grads, total: None };
     model.visit(&mut visitor);
     visitor.total.map(Tensor::sqrt)
+}
+
+/// Multiplies every gradient by `factor` (unscaling after loss scaling).
+pub fn scale<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &mut GradientsParams,
+    factor: f64,
+) {
+    map_grads(model, grads, MulBy(factor));
 }
 
 /// Clips the gradients in place: by global norm or by value.

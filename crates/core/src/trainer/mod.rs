@@ -12,6 +12,7 @@ pub mod grads;
 pub mod log;
 pub mod module;
 pub mod options;
+pub mod scaler;
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
@@ -41,6 +42,7 @@ use data::{DataModule, Loader};
 use log::{MetricCollector, StepLog};
 use module::{EvalModule, Optimizers, PredictModule, SchedulerInterval, TrainingModule};
 use options::{Limit, TrainerOptions};
+use scaler::GradScaler;
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
@@ -80,6 +82,8 @@ pub struct Trainer<B: AutodiffBackend> {
     device_stats: fn(&B::Device) -> DeviceStats,
     /// The low-precision compute type under a mixed precision.
     mixed: Option<FloatDType>,
+    /// Dynamic loss scaling, under 16-mixed.
+    scaler: Option<GradScaler>,
 }
 
 fn no_stats<D>(_: &D) -> DeviceStats {
@@ -111,6 +115,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         dtype::apply::<B>(&device, plan.precision)?;
         let mut trainer = Self::on_device(device, options)?;
         trainer.mixed = dtype::mixed_dtype(plan.precision);
+        if plan.precision == crate::precision::Precision::F16Mixed {
+            trainer.scaler = Some(GradScaler::default());
+        }
         trainer.device_stats = A::device_stats;
         trainer.is_global_zero = plan.global_rank == 0;
         Ok(trainer)
@@ -137,6 +144,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             hparams: Value::Null,
             device_stats: no_stats,
             mixed: None,
+            scaler: None,
             options,
         })
     }
@@ -169,6 +177,20 @@ impl<B: AutodiffBackend> Trainer<B> {
     ) -> Self {
         self.callbacks.extend(callbacks);
         self
+    }
+
+    /// Replaces the loss scaler's settings (16-mixed only; other precisions have no scaler
+    /// and ignore it).
+    pub fn with_grad_scaler(mut self, scaler: GradScaler) -> Self {
+        if self.scaler.is_some() {
+            self.scaler = Some(scaler);
+        }
+        self
+    }
+
+    /// The loss scaler's state (16-mixed only).
+    pub fn grad_scaler(&self) -> Option<&GradScaler> {
+        self.scaler.as_ref()
     }
 
     /// Adds a logger written in Rust.
@@ -458,7 +480,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     fn fit_loop<M, I, Bt>(
-        &self,
+        &mut self,
         run: &mut Run,
         mut model: M,
         batcher: &Bt,
@@ -519,7 +541,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         let mut collector = MetricCollector::default();
         let mut batches_seen: u64 = 0;
 
-        run.hook_fit(&model, &optimizer, |c, x| c.on_fit_start(x))?;
+        run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
+            c.on_fit_start(x)
+        })?;
         let sanity = match (val, o.num_sanity_val_steps) {
             _ if fast > 0 => 0,
             (Some(_), Some(s)) => usize::try_from(s).unwrap_or(usize::MAX).min(n_val),
@@ -546,7 +570,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         let mut stop = false;
         while epoch < run.state.max_epochs && !stop {
             run.state.epoch = epoch;
-            run.hook_fit(&model, &optimizer, |c, x| c.on_train_epoch_start(x))?;
+            run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
+                c.on_train_epoch_start(x)
+            })?;
             let batches = train.batch_indices(self.seed, epoch);
             for (batch_idx, indices) in batches.iter().take(n_train).enumerate() {
                 let batch = train.batch::<B, _>(batcher, indices, &self.device)?;
@@ -554,6 +580,10 @@ impl<B: AutodiffBackend> Trainer<B> {
                 let loss = match self.mixed {
                     Some(low) => dtype::compute(model.clone(), low).training_step(batch, &mut log),
                     None => model.training_step(batch, &mut log),
+                };
+                let loss = match &self.scaler {
+                    Some(scaler) => loss.cast(FloatDType::F32).mul_scalar(scaler.scale),
+                    None => loss,
                 };
                 let loss = if accumulate > 1 {
                     loss.div_scalar(accumulate as f64)
@@ -572,13 +602,29 @@ impl<B: AutodiffBackend> Trainer<B> {
                     };
                 }
                 if steps_now {
-                    if let Some(threshold) = o.gradient_clip_val {
-                        grads::clip(&model, &mut grads, o.gradient_clip_algorithm, threshold);
-                    }
+                    let finite = match &mut self.scaler {
+                        Some(scaler) => {
+                            let finite = scaler.unscale::<B, M>(&model, &mut grads);
+                            log.log("loss_scale", scaler.scale);
+                            scaler.update(finite)
+                        }
+                        None => true,
+                    };
                     if interval == SchedulerInterval::Step {
                         lr = scheduler.step();
                     }
-                    model = optimizer.step(lr, model, grads);
+                    if finite {
+                        if let Some(threshold) = o.gradient_clip_val {
+                            grads::clip(&model, &mut grads, o.gradient_clip_algorithm, threshold);
+                        }
+                        model = optimizer.step(lr, model, grads);
+                    } else {
+                        tracing::info!(
+                            target: "ember",
+                            step = run.state.global_step,
+                            "non-finite gradients: optimizer step skipped, loss scale halved"
+                        );
+                    }
                     run.state.global_step += 1;
                     run.state.learning_rate = lr;
                 }
@@ -599,7 +645,9 @@ impl<B: AutodiffBackend> Trainer<B> {
                 }
                 run.state.batch_idx = batch_idx;
                 batches_seen += 1;
-                run.hook_fit(&model, &optimizer, |c, x| c.on_train_batch_end(x))?;
+                run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
+                    c.on_train_batch_end(x)
+                })?;
 
                 let validate_now = n_val > 0
                     && match o.check_val_every_n_epoch {
@@ -613,7 +661,9 @@ impl<B: AutodiffBackend> Trainer<B> {
                     let metrics =
                         self.eval_pass(run, &eval, val, batcher, n_val, Stage::Validate)?;
                     run.publish(&metrics, true)?;
-                    run.hook_fit(&model, &optimizer, |c, x| c.on_validation_end(x))?;
+                    run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
+                        c.on_validation_end(x)
+                    })?;
                 }
                 let steps_done = max_steps.is_some_and(|m| run.state.global_step >= m);
                 stop = steps_done || (run.state.should_stop && epoch + 1 >= o.min_epochs);
@@ -626,14 +676,18 @@ impl<B: AutodiffBackend> Trainer<B> {
             if interval == SchedulerInterval::Epoch {
                 lr = scheduler.step();
             }
-            run.hook_fit(&model, &optimizer, |c, x| c.on_train_epoch_end(x))?;
+            run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
+                c.on_train_epoch_end(x)
+            })?;
             run.loggers.save()?;
             stop = stop
                 || max_steps.is_some_and(|m| run.state.global_step >= m)
                 || (run.state.should_stop && epoch + 1 >= o.min_epochs);
             epoch += 1;
         }
-        run.hook_fit(&model, &optimizer, |c, x| c.on_fit_end(x))?;
+        run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
+            c.on_fit_end(x)
+        })?;
         let best_model_path = run.callbacks.iter().find_map(|c| c.best_model_path());
         Ok(FitOutcome {
             model,
@@ -646,6 +700,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             stopped_early: run.state.should_stop,
         })
     }
+}
+
+/// The loss scaler's checkpoint section.
+fn scaler_bytes(scaler: &GradScaler) -> Vec<u8> {
+    serde_json::to_vec(scaler).expect("a GradScaler is plain numbers")
 }
 
 /// The parts of the Trainer one entry point works with.
@@ -691,6 +750,7 @@ impl Run {
         &mut self,
         model: &M,
         optimizer: &O,
+        scaler: Option<&GradScaler>,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()>
     where
@@ -704,7 +764,7 @@ impl Run {
                 state.epoch,
                 state.global_step,
                 state.callback_metrics.clone(),
-                vec![
+                [
                     (
                         "model".into(),
                         record_bytes::<B, _>(model.clone().into_record())?,
@@ -713,7 +773,10 @@ impl Run {
                         "optimizer".into(),
                         record_bytes::<B, _>(optimizer.to_record())?,
                     ),
-                ],
+                ]
+                .into_iter()
+                .chain(scaler.map(|s| ("grad_scaler".into(), scaler_bytes(s))))
+                .collect(),
             )?;
             io.save(&bytes, path)
         };

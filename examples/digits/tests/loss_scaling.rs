@@ -1,0 +1,128 @@
+//! 16-mixed with dynamic loss scaling, on a test accelerator that declares 16-mixed over
+//! burn-flex (the cpu accelerator runs 16-mixed as bf16-mixed and needs no scaler). Its own
+//! test binary: a process trains in one float type per device.
+
+use burn::module::Module;
+use burn::nn::LinearConfig;
+use burn::optim::GradientsParams;
+use burn::tensor::{DType, Tensor, TensorData};
+use burn_autodiff::Autodiff;
+use burn_flex::{Flex, FlexDevice};
+use digits::data::DigitsData;
+use digits::model::{DigitsModel, ModelConfig};
+use digits::train::DataConfig;
+use ember::trainer::checkpoint::Checkpoint;
+use ember::trainer::dtype;
+use ember::trainer::scaler::GradScaler;
+use ember::{Accelerator, AcceleratorKind, DeviceStats, Plan, Precision, Trainer, TrainerOptions};
+
+type B = Autodiff<Flex>;
+
+/// burn-flex declared as an accelerator that runs 16-mixed.
+struct HalfCpu;
+
+impl Accelerator for HalfCpu {
+    type Backend = B;
+    fn name() -> &'static str {
+        "halfcpu"
+    }
+    fn description() -> &'static str {
+        "burn-flex with 16-mixed, for loss-scaling tests"
+    }
+    fn kind() -> AcceleratorKind {
+        AcceleratorKind::Other
+    }
+    fn is_available() -> bool {
+        true
+    }
+    fn auto_device_count() -> usize {
+        1
+    }
+    fn parallel_devices(ids: &[usize]) -> Vec<FlexDevice> {
+        ids.iter().map(|_| FlexDevice).collect()
+    }
+    fn device_stats(_: &FlexDevice) -> DeviceStats {
+        DeviceStats::new()
+    }
+    fn precisions() -> &'static [Precision] {
+        &[Precision::F32True, Precision::F16Mixed]
+    }
+}
+
+fn plan() -> Plan {
+    Plan {
+        accelerator: "halfcpu".into(),
+        strategy: "single_device".into(),
+        devices: vec![0],
+        num_nodes: 1,
+        precision: Precision::F16Mixed,
+        cluster_environment: "local".into(),
+        world_size: 1,
+        global_rank: 0,
+        local_rank: 0,
+        node_rank: 0,
+        main_address: "127.0.0.1".into(),
+        main_port: 29500,
+        warnings: vec![],
+    }
+}
+
+#[test]
+fn sixteen_mixed_skips_overflowing_steps_grows_the_scale_and_saves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = TrainerOptions {
+        seed: Some(42),
+        max_epochs: Some(4),
+        log_every_n_steps: 1,
+        enable_progress_bar: false,
+        default_root_dir: dir.path().to_owned(),
+        ..TrainerOptions::default()
+    };
+    let scaler = GradScaler {
+        growth_interval: 20,
+        ..GradScaler::default()
+    };
+    let mut trainer = Trainer::<B>::new::<HalfCpu>(&plan(), options)
+        .unwrap()
+        .with_grad_scaler(scaler);
+    let device = trainer.device().clone();
+
+    // An injected infinite gradient: unscaling reports it, the step is skipped, the scale halves.
+    let layer = dtype::master(LinearConfig::new(4, 2).init::<B>(&device));
+    let mut grads = GradientsParams::new();
+    let inf = TensorData::new(
+        vec![1.0f32, f32::INFINITY, 0.0, 2.0, 1.0, 1.0, 1.0, 1.0],
+        [4, 2],
+    );
+    grads.register(
+        layer.weight.id,
+        Tensor::<Flex, 2>::from_data(inf, &device).cast(DType::F32),
+    );
+    let mut probe = GradScaler::default();
+    let finite = probe.unscale::<B, _>(&layer, &mut grads);
+    assert!(!finite);
+    assert!(!probe.update(finite));
+    assert_eq!((probe.scale, probe.skipped_steps), (32768.0, 1));
+
+    // Through the Trainer: the first step overflows f16 at 2^16 (the scaled gradient of the
+    // loss itself is 65536 > f16's 65504) and is skipped; the scale halves, grows back after
+    // 20 good steps, overflows again, and so on.
+    let model = DigitsModel::<B>::new(&ModelConfig::default(), &device);
+    let out = trainer
+        .fit(model, &mut DigitsData::new(DataConfig::default()))
+        .unwrap();
+    let state = trainer.grad_scaler().unwrap().clone();
+    // At 2^15 no step overflows, so every later skip means the scale grew back to 2^16.
+    assert!(state.skipped_steps >= 2, "{state:?}");
+    assert_eq!(state.scale, 32768.0, "{state:?}");
+    assert!(out.metrics["val_acc"] > 0.8, "{:?}", out.metrics);
+    assert!(out.metrics.contains_key("loss_scale"), "{:?}", out.metrics);
+    let csv = std::fs::read_to_string(out.log_dir.unwrap().join("metrics.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().contains("loss_scale"));
+
+    // The scaler's state is in the checkpoint and comes back from it.
+    let path = out.best_model_path.unwrap();
+    let checkpoint = Checkpoint::decode(&std::fs::read(&path).unwrap(), &path).unwrap();
+    assert_eq!(checkpoint.grad_scaler(&path).unwrap(), Some(state));
+    let _ = out.model.into_record();
+}
