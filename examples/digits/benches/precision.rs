@@ -3,7 +3,7 @@
 //! `cargo xtask bench precision [ROUNDS]`. A process trains in one float type per device, so
 //! every measurement runs in a child process (this binary again, with
 //! `EMBER_BENCH_PRECISION` set); rounds alternate over the precisions. The last line is
-//! `bf16-true/32-true speed: X.XXx` (medians).
+//! `bf16-mixed/32-true speed: X.XXx` (medians).
 
 use std::process::Command;
 
@@ -95,8 +95,8 @@ fn main() -> anyhow::Result<()> {
         "median steps/s on cpu (burn-flex, digits MLP, batch 64, Adam, {EPOCHS} epochs): {}",
         summary.join(", ")
     );
-    if let (Some(bf16), Some(f32)) = (of(Precision::Bf16True), of(Precision::F32True)) {
-        println!("bf16-true/32-true speed: {:.2}x", bf16 / f32);
+    if let (Some(bf16), Some(f32)) = (of(Precision::Bf16Mixed), of(Precision::F32True)) {
+        println!("bf16-mixed/32-true speed: {:.2}x", bf16 / f32);
     }
     Ok(())
 }

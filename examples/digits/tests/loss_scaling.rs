@@ -85,7 +85,7 @@ fn sixteen_mixed_skips_overflowing_steps_grows_the_scale_and_saves_it() {
     let mut trainer = Trainer::<B>::new::<HalfCpu>(&plan(), options)
         .unwrap()
         .with_grad_scaler(scaler);
-    let device = trainer.device().clone();
+    let device = *trainer.device();
 
     // An injected infinite gradient: unscaling reports it, the step is skipped, the scale halves.
     let layer = dtype::master(LinearConfig::new(4, 2).init::<B>(&device));

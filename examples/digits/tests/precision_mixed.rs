@@ -55,7 +55,7 @@ fn bf16_mixed_keeps_f32_masters_and_computes_in_bf16() {
         ..TrainerOptions::default()
     };
     let mut trainer = Trainer::<B>::new::<CpuAccelerator>(&plan, options).unwrap();
-    let device = trainer.device().clone();
+    let device = *trainer.device();
 
     // The mechanism: batches and fresh weights are bf16 (the device's type); the master copy
     // is f32; a loss computed with the bf16 copy gives f32 gradients for the master.

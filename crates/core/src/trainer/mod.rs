@@ -605,8 +605,10 @@ impl<B: AutodiffBackend> Trainer<B> {
                     let finite = match &mut self.scaler {
                         Some(scaler) => {
                             let finite = scaler.unscale::<B, M>(&model, &mut grads);
+                            let finite = scaler.update(finite);
                             log.log("loss_scale", scaler.scale);
-                            scaler.update(finite)
+                            log.log("skipped_steps", scaler.skipped_steps as f64);
+                            finite
                         }
                         None => true,
                     };
