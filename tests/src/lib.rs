@@ -5,6 +5,8 @@
 //! Accelerators whose feature is off in this build are stood in for by planning-only fakes
 //! with the same name, kind and device rules; with the feature on, the real one is used.
 
+pub mod fault;
+
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::{

@@ -18,6 +18,8 @@ cargo xtask <task>
   bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
   bench overhead [ROUNDS]       the Trainer vs a hand-written burn loop (digits, cpu)
   bench precision [ROUNDS]      steps/s of digits at each precision the cpu runs
+  fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
+                     'N runs, M loadable'
   lint               fmt --check, clippy -D warnings (all targets, all features)
   ci                 lint, then test
   setup              install system packages the tests need (scripts/setup.sh)
@@ -159,6 +161,29 @@ fn main() -> ExitCode {
             setup() && run("cargo", &cargo, &[])
         }
         Some("test") | Some("test-matrix") => setup() && test_matrix(),
+        Some("fault") => match rest.first() {
+            Some(&"checkpoint") => {
+                let mut cargo = vec![
+                    "run",
+                    "--release",
+                    "-p",
+                    "ember-acceptance",
+                    "--bin",
+                    "ckpt_fault",
+                    "--",
+                ];
+                cargo.extend(&rest[1..]);
+                run(
+                    "cargo",
+                    &["build", "--release", "-p", "ember-acceptance", "--bins"],
+                    &[],
+                ) && run("cargo", &cargo, &[])
+            }
+            other => {
+                eprintln!("xtask: unknown fault test {other:?}; available: checkpoint");
+                false
+            }
+        },
         Some("bench") => match rest.first() {
             Some(&"cpu-backends") => {
                 let mut cargo = vec!["bench", "-p", "digits", "--bench", "cpu_backends", "--"];

@@ -5,8 +5,10 @@
 //! and fsyncs the directory, so a crash at any instant leaves either the old file or the new.
 
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use anyhow::Context;
 
@@ -20,7 +22,93 @@ pub trait CheckpointIO: Send + Sync {
 
     /// Removes the file at `path` (no error if it is already gone).
     fn remove(&self, path: &Path) -> anyhow::Result<()>;
+
+    /// The error of a background write that has failed since the last call, without waiting
+    /// (the Trainer calls it after every optimizer step).
+    fn check(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Waits until no write is in flight; returns its error if it failed.
+    fn wait(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
+
+type Write = JoinHandle<anyhow::Result<()>>;
+
+/// Writes through another CheckpointIO on a background thread while training goes on, with at
+/// most one write in flight: `save` waits for the previous write first, `check` reports a
+/// failed write on the next step, `wait` (called by the Trainer at the end of every entry
+/// point) joins it. Loads and removes wait for the write in flight, so they see its file.
+pub struct AsyncCheckpointIO<T> {
+    inner: Arc<T>,
+    in_flight: Mutex<Option<Write>>,
+}
+
+impl<T: CheckpointIO + 'static> AsyncCheckpointIO<T> {
+    /// Wraps `inner`.
+    pub fn new(inner: T) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            in_flight: Mutex::new(None),
+        }
+    }
+
+    fn join(write: Write) -> anyhow::Result<()> {
+        write
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the checkpoint writer thread panicked")))
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Write>> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T: CheckpointIO + 'static> CheckpointIO for AsyncCheckpointIO<T> {
+    fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
+        let mut slot = self.slot();
+        if let Some(previous) = slot.take() {
+            Self::join(previous)?;
+        }
+        let (inner, bytes, path) = (Arc::clone(&self.inner), bytes.to_vec(), path.to_owned());
+        *slot = Some(std::thread::spawn(move || inner.save(&bytes, &path)));
+        Ok(())
+    }
+
+    fn load(&self, path: &Path) -> anyhow::Result<Vec<u8>> {
+        self.wait()?;
+        self.inner.load(path)
+    }
+
+    fn remove(&self, path: &Path) -> anyhow::Result<()> {
+        self.wait()?;
+        self.inner.remove(path)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        let mut slot = self.slot();
+        match slot.take() {
+            Some(write) if write.is_finished() => Self::join(write),
+            other => {
+                *slot = other;
+                Ok(())
+            }
+        }
+    }
+
+    fn wait(&self) -> anyhow::Result<()> {
+        match self.slot().take() {
+            Some(write) => Self::join(write),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Bytes per `write` call: a large checkpoint goes out in several calls, as a streaming
+/// serializer's would, so the fault test's kills land inside files too.
+pub const WRITE_CHUNK: usize = 1 << 20;
 
 /// Atomic writes to the local file system.
 #[derive(Debug, Clone, Copy, Default)]
@@ -44,7 +132,9 @@ impl CheckpointIO for LocalCheckpointIO {
         let tmp = temp_path(path);
         let written = (|| {
             let mut file = File::create(&tmp)?;
-            file.write_all(bytes)?;
+            for chunk in bytes.chunks(WRITE_CHUNK) {
+                file.write_all(chunk)?;
+            }
             file.sync_all()?;
             fs::rename(&tmp, path)?;
             File::open(dir)?.sync_all()
@@ -73,6 +163,44 @@ impl CheckpointIO for LocalCheckpointIO {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fails every save whose path ends in `bad.ckpt`.
+    struct Flaky;
+
+    impl CheckpointIO for Flaky {
+        fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
+            anyhow::ensure!(!path.ends_with("bad.ckpt"), "disk full");
+            LocalCheckpointIO.save(bytes, path)
+        }
+        fn load(&self, path: &Path) -> anyhow::Result<Vec<u8>> {
+            LocalCheckpointIO.load(path)
+        }
+        fn remove(&self, path: &Path) -> anyhow::Result<()> {
+            LocalCheckpointIO.remove(path)
+        }
+    }
+
+    #[test]
+    fn async_writes_finish_in_order_and_surface_errors() {
+        let dir = std::env::temp_dir().join(format!("ember-async-{}", std::process::id()));
+        let io = AsyncCheckpointIO::new(Flaky);
+        for i in 0..5u8 {
+            io.save(&[i; 1000], &dir.join("a.ckpt")).unwrap();
+        }
+        assert_eq!(io.load(&dir.join("a.ckpt")).unwrap(), [4; 1000]);
+        io.save(b"x", &dir.join("bad.ckpt")).unwrap();
+        io.wait().unwrap_err();
+        io.wait().unwrap();
+        io.save(b"x", &dir.join("bad.ckpt")).unwrap();
+        let e = io.save(b"y", &dir.join("b.ckpt")).unwrap_err();
+        assert!(e.to_string().contains("disk full"), "{e}");
+        io.save(b"x", &dir.join("bad.ckpt")).unwrap();
+        while io.check().is_ok() {
+            std::thread::yield_now();
+        }
+        io.check().unwrap();
+        fs::remove_dir_all(dir).unwrap();
+    }
 
     #[test]
     fn save_replaces_whole_files_and_leaves_no_temp() {

@@ -33,7 +33,7 @@ use crate::accelerator::{Accelerator, DeviceStats};
 use crate::callbacks::{
     self, Callback, CallbackContext, ModelCheckpoint, ProgressBar, Saver, TrainerState,
 };
-use crate::checkpoint_io::{CheckpointIO, LocalCheckpointIO};
+use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::cli::Stage;
 use crate::loggers::{Logger, Loggers};
 use crate::plan::Plan;
@@ -140,7 +140,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             callbacks,
             extra_loggers: Vec::new(),
             loggers: None,
-            checkpoint_io: Arc::new(LocalCheckpointIO),
+            checkpoint_io: if options.async_checkpointing {
+                Arc::new(AsyncCheckpointIO::new(LocalCheckpointIO))
+            } else {
+                Arc::new(LocalCheckpointIO)
+            },
             hparams: Value::Null,
             device_stats: no_stats,
             mixed: None,
@@ -425,11 +429,13 @@ impl<B: AutodiffBackend> Trainer<B> {
             });
         }
         let teardown = run.hook(None, |c, x| c.teardown(x));
+        let written = run.checkpoint_io.wait();
         let saved = run.loggers.save();
         self.callbacks = run.callbacks;
         self.loggers = Some(run.loggers);
         let value = result?;
         teardown?;
+        written?;
         saved?;
         Ok(value)
     }
@@ -629,6 +635,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                     }
                     run.state.global_step += 1;
                     run.state.learning_rate = lr;
+                    run.checkpoint_io.check()?;
                 }
                 let logging_step = steps_now
                     && run

@@ -12,7 +12,7 @@ use crate::error::{FlagError, PlanResult};
 use crate::flags::render;
 
 /// The loop options, with a line of help each (shown by `--help`).
-pub const OPTION_KEYS: [(&str, &str); 24] = [
+pub const OPTION_KEYS: [(&str, &str); 25] = [
     (
         "max_epochs",
         "stop after this many epochs [default: the app's, else 1000]",
@@ -108,6 +108,10 @@ pub const OPTION_KEYS: [(&str, &str); 24] = [
     (
         "ckpt_path",
         "a checkpoint whose weights validate/test/predict use [default: null]",
+    ),
+    (
+        "checkpoint_io",
+        "sync, or async (write checkpoints on a background thread) [default: sync]",
     ),
 ];
 
@@ -232,6 +236,8 @@ pub struct TrainerOptions {
     pub callbacks: Vec<CallbackSpec>,
     /// Checkpoint to load weights from before validate/test/predict.
     pub ckpt_path: Option<PathBuf>,
+    /// Write checkpoints on a background thread.
+    pub async_checkpointing: bool,
 }
 
 impl Default for TrainerOptions {
@@ -261,6 +267,7 @@ impl Default for TrainerOptions {
             logger: vec![LoggerKind::Csv],
             callbacks: Vec::new(),
             ckpt_path: None,
+            async_checkpointing: false,
         }
     }
 }
@@ -388,6 +395,14 @@ impl TrainerOptions {
                     _ => return Err(err("a checkpoint file path, or null")),
                 }
             }
+            "checkpoint_io" => {
+                self.async_checkpointing = match render(value).trim().to_ascii_lowercase().as_str()
+                {
+                    "sync" => false,
+                    "async" => true,
+                    _ => return Err(err("sync or async")),
+                }
+            }
             _ => return Err(err("not a trainer loop option")),
         }
         Ok(())
@@ -428,6 +443,7 @@ impl TrainerOptions {
             "logger": self.logger.iter().map(|l| l.name()).collect::<Vec<_>>(),
             "callbacks": callbacks,
             "ckpt_path": self.ckpt_path.as_ref().map(|p| p.display().to_string()),
+            "checkpoint_io": if self.async_checkpointing { "async" } else { "sync" },
         });
         match value {
             Value::Object(map) => map,

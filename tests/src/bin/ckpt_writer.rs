@@ -1,0 +1,47 @@
+//! Writes checkpoints into the directory given as its argument until it is killed: step N goes
+//! to `step=N.ckpt` and `last.ckpt`, and `step=N-2.ckpt` is removed (a top-2 rotation). Prints
+//! `saved N` after each complete save. Used by the checkpoint fault test; with
+//! `EMBER_FAULT_DIRECT_WRITES=1` it writes files in place instead (the test's control).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use ember::checkpoint_io::{CheckpointIO, LocalCheckpointIO, WRITE_CHUNK};
+use ember::trainer::checkpoint::Checkpoint;
+use ember_acceptance::fault::{DIRECT_WRITES, payload};
+
+fn main() -> anyhow::Result<()> {
+    let dir = PathBuf::from(std::env::args().nth(1).expect("usage: ckpt_writer DIR"));
+    let io = LocalCheckpointIO;
+    let direct = std::env::var_os(DIRECT_WRITES).is_some();
+    let save = |bytes: &[u8], name: String| -> anyhow::Result<()> {
+        let path = dir.join(name);
+        if direct {
+            let mut file = std::fs::File::create(path)?;
+            for chunk in bytes.chunks(WRITE_CHUNK) {
+                file.write_all(chunk)?;
+            }
+            Ok(())
+        } else {
+            io.save(bytes, &path)
+        }
+    };
+    let mut out = std::io::stdout();
+    for step in 0u64.. {
+        let bytes = Checkpoint::encode(
+            step,
+            step,
+            BTreeMap::new(),
+            vec![("model".into(), payload(step))],
+        )?;
+        save(&bytes, format!("step={step}.ckpt"))?;
+        save(&bytes, "last.ckpt".into())?;
+        if step >= 2 {
+            io.remove(&dir.join(format!("step={}.ckpt", step - 2)))?;
+        }
+        writeln!(out, "saved {step}")?;
+        out.flush()?;
+    }
+    Ok(())
+}

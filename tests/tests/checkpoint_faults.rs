@@ -1,0 +1,36 @@
+//! ACCEPTANCE 30 (short form; `cargo xtask fault checkpoint --runs 100` is the long one): a
+//! writer killed with SIGKILL at random moments always leaves a loadable newest checkpoint.
+
+#[test]
+fn killed_writes_leave_the_previous_checkpoint_loadable() {
+    let writer = std::path::Path::new(env!("CARGO_BIN_EXE_ckpt_writer"));
+    let runs = 12;
+    let loadable = ember_acceptance::fault::kill_runs(writer, runs, 42, false).unwrap();
+    assert_eq!(loadable, runs);
+}
+
+#[test]
+fn the_harness_catches_writes_without_the_atomic_protocol() {
+    let writer = std::path::Path::new(env!("CARGO_BIN_EXE_ckpt_writer"));
+    let runs = 12;
+    let loadable = ember_acceptance::fault::kill_runs(writer, runs, 42, true).unwrap();
+    assert!(
+        loadable < runs,
+        "in-place writes survived every kill: the test cannot see tears"
+    );
+}
+
+#[test]
+fn a_damaged_checkpoint_is_reported_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = ember::trainer::checkpoint::Checkpoint::encode(
+        3,
+        3,
+        Default::default(),
+        vec![("model".into(), ember_acceptance::fault::payload(3))],
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("torn.ckpt"), &bytes[..bytes.len() / 2]).unwrap();
+    let e = ember_acceptance::fault::verify(dir.path()).unwrap_err();
+    assert!(e.to_string().contains("torn.ckpt is truncated"), "{e}");
+}
