@@ -172,6 +172,29 @@ fn fit_trains_logs_and_checkpoints_then_test_reads_the_checkpoint() {
         "test on the held-out split {tested} vs val_acc {acc}"
     );
 
+    // A damaged copy is refused with the file and the fault named.
+    let bytes = std::fs::read(&ckpt).unwrap();
+    let mut flipped = bytes.clone();
+    let middle = bytes.len() / 2;
+    flipped[middle] ^= 0x40;
+    for (name, content, needle) in [
+        ("flipped.ckpt", flipped, "fails its checksum"),
+        (
+            "truncated.ckpt",
+            bytes[..bytes.len() - 100].to_vec(),
+            "is truncated",
+        ),
+    ] {
+        std::fs::write(dir.path().join(name), content).unwrap();
+        let out = digits_in(
+            dir.path(),
+            &["test", &format!("--trainer.ckpt_path={name}")],
+        );
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert!(err.contains(name) && err.contains(needle), "{err}");
+    }
+
     let out = digits_in(dir.path(), &["predict", &ckpt_flag]);
     assert!(out.status.success(), "{}", stderr(&out));
     let predictions = String::from_utf8_lossy(&out.stdout).lines().count();

@@ -1,10 +1,11 @@
 //! The checkpoint file: a small versioned header and named sections of burn records.
 //!
-//! Layout: the 8 bytes `EMBERCKP`, a little-endian `u32` header length, the header as JSON
-//! ([`CheckpointHeader`]), then each section's bytes in the header's order. Sections hold
+//! Layout: the 8 bytes `EMBERCKP`, a little-endian `u32` header length, the header's CRC-32C
+//! (`u32`), the header as JSON ([`CheckpointHeader`], which holds each section's length and
+//! CRC-32C), then each section's bytes in the header's order. Sections hold
 //! burn records (named MessagePack, full precision): `model`, and `optimizer` when saved
-//! during `fit`. Reading checks the magic, the format version and every length, and names
-//! the file and what is wrong.
+//! during `fit`. Reading checks the magic, the checksums, the format version and every
+//! length, and names the file and what is wrong.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,8 +34,8 @@ pub struct CheckpointHeader {
     pub global_step: u64,
     /// The metrics known when it was written.
     pub metrics: BTreeMap<String, f64>,
-    /// Section names and byte lengths, in file order.
-    pub sections: Vec<(String, u64)>,
+    /// Section names, byte lengths and CRC-32C checksums, in file order.
+    pub sections: Vec<(String, u64, u32)>,
 }
 
 /// A decoded checkpoint: header and section bytes.
@@ -63,6 +64,17 @@ pub fn record_from_bytes<B: Backend, R: Record<B>>(
     Recorder::<B>::load(&recorder(), bytes, device).context("decoding a record")
 }
 
+/// Bytes before the header: magic, header length, header checksum.
+const PREFIX: usize = 16;
+
+fn crc32(bytes: &[u8]) -> u32 {
+    crc::Crc::<u32>::new(&crc::CRC_32_ISCSI).checksum(bytes)
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
 impl Checkpoint {
     /// Encodes header and sections into file bytes.
     pub fn encode(
@@ -79,33 +91,50 @@ impl Checkpoint {
             metrics,
             sections: sections
                 .iter()
-                .map(|(n, b)| (n.clone(), b.len() as u64))
+                .map(|(n, b)| (n.clone(), b.len() as u64, crc32(b)))
                 .collect(),
         };
-        let json = serde_json::to_vec(&header)?;
+        Self::encode_header(&header, &sections)
+    }
+
+    fn encode_header(
+        header: &CheckpointHeader,
+        sections: &[(String, Vec<u8>)],
+    ) -> anyhow::Result<Vec<u8>> {
+        let json = serde_json::to_vec(header)?;
         let mut out = Vec::with_capacity(
-            12 + json.len() + sections.iter().map(|(_, b)| b.len()).sum::<usize>(),
+            PREFIX + json.len() + sections.iter().map(|(_, b)| b.len()).sum::<usize>(),
         );
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&u32::try_from(json.len())?.to_le_bytes());
+        out.extend_from_slice(&crc32(&json).to_le_bytes());
         out.extend_from_slice(&json);
         for (_, bytes) in sections {
-            out.extend_from_slice(&bytes);
+            out.extend_from_slice(bytes);
         }
         Ok(out)
     }
 
-    /// Decodes file bytes; `path` is only for messages.
+    /// Decodes file bytes; `path` is only for messages. Checks the magic, the header's and
+    /// every section's CRC-32C, the format version and every length.
     pub fn decode(bytes: &[u8], path: &Path) -> anyhow::Result<Self> {
         let shown = path.display();
         ensure!(
-            bytes.len() >= 12 && &bytes[..8] == MAGIC,
+            bytes.len() >= 8 && &bytes[..8] == MAGIC,
             "{shown} is not an ember checkpoint (no EMBERCKP header)"
         );
-        let len = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
-        let Some(json) = bytes.get(12..12 + len) else {
+        ensure!(
+            bytes.len() >= PREFIX,
+            "{shown} is truncated: its header is cut short"
+        );
+        let len = u32_at(bytes, 8) as usize;
+        let Some(json) = bytes.get(PREFIX..PREFIX + len) else {
             bail!("{shown} is truncated: its header is cut short");
         };
+        ensure!(
+            crc32(json) == u32_at(bytes, 12),
+            "{shown} has a corrupt header (checksum mismatch: damaged or flipped bytes)"
+        );
         let header: CheckpointHeader = serde_json::from_slice(json)
             .with_context(|| format!("{shown} has a corrupt header"))?;
         ensure!(
@@ -113,13 +142,17 @@ impl Checkpoint {
             "{shown} has checkpoint format version {}, this ember reads version {FORMAT_VERSION}",
             header.format_version
         );
-        let mut offset = 12 + len;
+        let mut offset = PREFIX + len;
         let mut sections = BTreeMap::new();
-        for (name, size) in &header.sections {
+        for (name, size, crc) in &header.sections {
             let end = offset.saturating_add(*size as usize);
             let Some(data) = bytes.get(offset..end) else {
                 bail!("{shown} is truncated: section `{name}` needs {size} bytes");
             };
+            ensure!(
+                crc32(data) == *crc,
+                "{shown}: section `{name}` fails its checksum (damaged or flipped bytes)"
+            );
             sections.insert(name.clone(), data.to_vec());
             offset = end;
         }
@@ -184,12 +217,23 @@ mod tests {
         assert!(e.to_string().contains("x.ckpt is truncated"), "{e}");
         let e = Checkpoint::decode(b"PK\x03\x04 not a checkpoint", path).unwrap_err();
         assert!(e.to_string().contains("not an ember checkpoint"), "{e}");
-        let mut wrong = bytes.clone();
-        let at = wrong
-            .windows(17)
-            .position(|w| w == b"\"format_version\":")
-            .unwrap();
-        wrong[at + 17] = b'9';
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0x10;
+        let e = Checkpoint::decode(&flipped, path).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("section `optimizer` fails its checksum"),
+            "{e}"
+        );
+        let mut flipped = bytes.clone();
+        flipped[PREFIX + 3] ^= 0x01;
+        let e = Checkpoint::decode(&flipped, path).unwrap_err();
+        assert!(e.to_string().contains("corrupt header"), "{e}");
+        let mut future = ck.header.clone();
+        future.format_version = 9;
+        let sections: Vec<(String, Vec<u8>)> = ck.sections.clone().into_iter().collect();
+        let wrong = Checkpoint::encode_header(&future, &sections).unwrap();
         let e = Checkpoint::decode(&wrong, path).unwrap_err();
         assert!(e.to_string().contains("version 9"), "{e}");
     }
