@@ -24,8 +24,11 @@ fn the_harness_catches_writes_without_the_atomic_protocol() {
 fn a_damaged_checkpoint_is_reported_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = ember::trainer::checkpoint::Checkpoint::encode(
-        3,
-        3,
+        ember::trainer::checkpoint::Progress {
+            epoch: 3,
+            global_step: 3,
+            ..Default::default()
+        },
         Default::default(),
         vec![("model".into(), ember_acceptance::fault::payload(3))],
     )

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use ember::checkpoint_io::{CheckpointIO, LocalCheckpointIO, WRITE_CHUNK};
-use ember::trainer::checkpoint::Checkpoint;
+use ember::trainer::checkpoint::{Checkpoint, Progress};
 use ember_acceptance::fault::{DIRECT_WRITES, payload};
 
 fn main() -> anyhow::Result<()> {
@@ -30,8 +30,11 @@ fn main() -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     for step in 0u64.. {
         let bytes = Checkpoint::encode(
-            step,
-            step,
+            Progress {
+                epoch: step,
+                global_step: step,
+                ..Progress::default()
+            },
             BTreeMap::new(),
             vec![("model".into(), payload(step))],
         )?;

@@ -59,6 +59,8 @@ pub struct TrainerState {
     pub global_step: u64,
     /// Index of the batch just run in its loop.
     pub batch_idx: usize,
+    /// Training batches completed in the current epoch (where a resumed run continues).
+    pub batches_done: usize,
     /// Training batches per epoch.
     pub num_training_batches: usize,
     /// Batches of the evaluation pass running (validation, test or predict).

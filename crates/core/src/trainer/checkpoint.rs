@@ -32,10 +32,29 @@ pub struct CheckpointHeader {
     pub epoch: u64,
     /// Optimizer steps taken when it was written.
     pub global_step: u64,
+    /// Training batches completed in `epoch` when it was written.
+    #[serde(default)]
+    pub batches_done: u64,
+    /// The learning rate of the latest optimizer step.
+    #[serde(default)]
+    pub learning_rate: f64,
     /// The metrics known when it was written.
     pub metrics: BTreeMap<String, f64>,
     /// Section names, byte lengths and CRC-32C checksums, in file order.
     pub sections: Vec<(String, u64, u32)>,
+}
+
+/// Where training stood when a checkpoint was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Progress {
+    /// Epoch (0-based).
+    pub epoch: u64,
+    /// Optimizer steps taken.
+    pub global_step: u64,
+    /// Training batches completed in `epoch`.
+    pub batches_done: u64,
+    /// The learning rate of the latest optimizer step.
+    pub learning_rate: f64,
 }
 
 /// A decoded checkpoint: header and section bytes.
@@ -78,16 +97,17 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 impl Checkpoint {
     /// Encodes header and sections into file bytes.
     pub fn encode(
-        epoch: u64,
-        global_step: u64,
+        progress: Progress,
         metrics: BTreeMap<String, f64>,
         sections: Vec<(String, Vec<u8>)>,
     ) -> anyhow::Result<Vec<u8>> {
         let header = CheckpointHeader {
             format_version: FORMAT_VERSION,
             ember_version: env!("CARGO_PKG_VERSION").to_owned(),
-            epoch,
-            global_step,
+            epoch: progress.epoch,
+            global_step: progress.global_step,
+            batches_done: progress.batches_done,
+            learning_rate: progress.learning_rate,
             metrics,
             sections: sections
                 .iter()
@@ -176,6 +196,21 @@ impl Checkpoint {
             .with_context(|| format!("{}: corrupt grad_scaler section", path.display()))
     }
 
+    /// Decodes the burn record in section `name`.
+    pub fn record<B: Backend, R: Record<B>>(
+        &self,
+        name: &str,
+        device: &B::Device,
+        path: &Path,
+    ) -> anyhow::Result<R> {
+        let bytes = self
+            .sections
+            .get(name)
+            .with_context(|| format!("{} has no {name} section", path.display()))?;
+        record_from_bytes::<B, R>(bytes.clone(), device)
+            .with_context(|| format!("{}: the {name} section does not fit", path.display()))
+    }
+
     /// Loads the `model` section into `model`'s weights.
     pub fn load_model<B: Backend, M: Module<B>>(
         &self,
@@ -183,13 +218,7 @@ impl Checkpoint {
         device: &B::Device,
         path: &Path,
     ) -> anyhow::Result<M> {
-        let bytes = self
-            .sections
-            .get("model")
-            .with_context(|| format!("{} has no model section", path.display()))?;
-        let record = record_from_bytes::<B, M::Record>(bytes.clone(), device)
-            .with_context(|| format!("{}: model weights do not fit this model", path.display()))?;
-        Ok(model.load_record(record))
+        Ok(model.load_record(self.record::<B, M::Record>("model", device, path)?))
     }
 }
 
@@ -200,9 +229,13 @@ mod tests {
     #[test]
     fn round_trip_and_clear_errors() {
         let path = Path::new("x.ckpt");
+        let progress = Progress {
+            epoch: 2,
+            global_step: 40,
+            ..Progress::default()
+        };
         let bytes = Checkpoint::encode(
-            2,
-            40,
+            progress,
             BTreeMap::from([("val_acc".into(), 0.5)]),
             vec![
                 ("model".into(), vec![1, 2, 3]),

@@ -37,7 +37,7 @@ use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::cli::Stage;
 use crate::loggers::{Logger, Loggers};
 use crate::plan::Plan;
-use checkpoint::{Checkpoint, record_bytes};
+use checkpoint::{Checkpoint, Progress, record_bytes};
 use data::{DataModule, Loader};
 use log::{MetricCollector, StepLog};
 use module::{EvalModule, Optimizers, PredictModule, SchedulerInterval, TrainingModule};
@@ -229,15 +229,6 @@ impl<B: AutodiffBackend> Trainer<B> {
         D::Batcher: Batcher<B, D::Item, M::Batch>
             + Batcher<Inner<B>, D::Item, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
     {
-        anyhow::ensure!(
-            self.options.ckpt_path.is_none(),
-            "invalid --trainer.ckpt_path value `{}`: resuming fit from a checkpoint is not built yet; ckpt_path applies to validate, test and predict",
-            self.options
-                .ckpt_path
-                .as_deref()
-                .unwrap_or(Path::new(""))
-                .display()
-        );
         if self.options.enable_checkpointing
             && !self.callbacks.iter().any(|c| c.is_model_checkpoint())
         {
@@ -543,13 +534,55 @@ impl<B: AutodiffBackend> Trainer<B> {
             SchedulerInterval::Epoch => scheduler.step(),
             SchedulerInterval::Step => f64::NAN,
         };
+        let (mut epoch, mut skip) = (0, 0);
+        if let Some(path) = self.options.ckpt_path.clone() {
+            let checkpoint = Checkpoint::decode(&self.checkpoint_io.load(&path)?, &path)?;
+            model = checkpoint.load_model::<B, M>(model, &self.device, &path)?;
+            if self.mixed.is_some() {
+                model = dtype::master(model);
+            }
+            optimizer = optimizer.load_record(checkpoint.record::<B, _>(
+                "optimizer",
+                &self.device,
+                &path,
+            )?);
+            scheduler = scheduler.load_record::<B>(checkpoint.record::<B, _>(
+                "scheduler",
+                &self.device,
+                &path,
+            )?);
+            if let (Some(state), Some(scaler)) = (checkpoint.grad_scaler(&path)?, &mut self.scaler)
+            {
+                *scaler = state;
+            }
+            let h = &checkpoint.header;
+            run.state.global_step = h.global_step;
+            run.state.learning_rate = h.learning_rate;
+            if interval == SchedulerInterval::Epoch {
+                lr = h.learning_rate;
+            }
+            (epoch, skip) = match usize::try_from(h.batches_done)? {
+                done if done >= n_train => (h.epoch + 1, 0),
+                done => (h.epoch, done),
+            };
+            tracing::info!(
+                target: "ember",
+                "resuming from {} at epoch {epoch}, batch {skip}, step {}",
+                path.display(),
+                h.global_step
+            );
+        }
         let mut accumulator = GradientsAccumulator::<M>::new();
         let mut collector = MetricCollector::default();
-        let mut batches_seen: u64 = 0;
+        let mut batches_seen: u64 = epoch * n_train as u64 + skip as u64;
 
-        run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
-            c.on_fit_start(x)
-        })?;
+        run.hook_fit(
+            &model,
+            &optimizer,
+            &scheduler,
+            self.scaler.as_ref(),
+            |c, x| c.on_fit_start(x),
+        )?;
         let sanity = match (val, o.num_sanity_val_steps) {
             _ if fast > 0 => 0,
             (Some(_), Some(s)) => usize::try_from(s).unwrap_or(usize::MAX).min(n_val),
@@ -572,15 +605,20 @@ impl<B: AutodiffBackend> Trainer<B> {
             run.state.sanity_checking = false;
         }
 
-        let mut epoch = 0;
         let mut stop = false;
         while epoch < run.state.max_epochs && !stop {
             run.state.epoch = epoch;
-            run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
-                c.on_train_epoch_start(x)
-            })?;
+            run.state.batches_done = skip;
+            run.hook_fit(
+                &model,
+                &optimizer,
+                &scheduler,
+                self.scaler.as_ref(),
+                |c, x| c.on_train_epoch_start(x),
+            )?;
             let batches = train.batch_indices(self.seed, epoch);
-            for (batch_idx, indices) in batches.iter().take(n_train).enumerate() {
+            let resumed_at = std::mem::take(&mut skip);
+            for (batch_idx, indices) in batches.iter().take(n_train).enumerate().skip(resumed_at) {
                 let batch = train.batch::<B, _>(batcher, indices, &self.device)?;
                 let mut log = StepLog::new(Stage::Fit);
                 let loss = match self.mixed {
@@ -653,10 +691,15 @@ impl<B: AutodiffBackend> Trainer<B> {
                     run.loggers.log_metrics(&metrics, run.state.global_step)?;
                 }
                 run.state.batch_idx = batch_idx;
+                run.state.batches_done = batch_idx + 1;
                 batches_seen += 1;
-                run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
-                    c.on_train_batch_end(x)
-                })?;
+                run.hook_fit(
+                    &model,
+                    &optimizer,
+                    &scheduler,
+                    self.scaler.as_ref(),
+                    |c, x| c.on_train_batch_end(x),
+                )?;
 
                 let validate_now = n_val > 0
                     && match o.check_val_every_n_epoch {
@@ -670,9 +713,13 @@ impl<B: AutodiffBackend> Trainer<B> {
                     let metrics =
                         self.eval_pass(run, &eval, val, batcher, n_val, Stage::Validate)?;
                     run.publish(&metrics, true)?;
-                    run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
-                        c.on_validation_end(x)
-                    })?;
+                    run.hook_fit(
+                        &model,
+                        &optimizer,
+                        &scheduler,
+                        self.scaler.as_ref(),
+                        |c, x| c.on_validation_end(x),
+                    )?;
                 }
                 let steps_done = max_steps.is_some_and(|m| run.state.global_step >= m);
                 stop = steps_done || (run.state.should_stop && epoch + 1 >= o.min_epochs);
@@ -685,18 +732,26 @@ impl<B: AutodiffBackend> Trainer<B> {
             if interval == SchedulerInterval::Epoch {
                 lr = scheduler.step();
             }
-            run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
-                c.on_train_epoch_end(x)
-            })?;
+            run.hook_fit(
+                &model,
+                &optimizer,
+                &scheduler,
+                self.scaler.as_ref(),
+                |c, x| c.on_train_epoch_end(x),
+            )?;
             run.loggers.save()?;
             stop = stop
                 || max_steps.is_some_and(|m| run.state.global_step >= m)
                 || (run.state.should_stop && epoch + 1 >= o.min_epochs);
             epoch += 1;
         }
-        run.hook_fit(&model, &optimizer, self.scaler.as_ref(), |c, x| {
-            c.on_fit_end(x)
-        })?;
+        run.hook_fit(
+            &model,
+            &optimizer,
+            &scheduler,
+            self.scaler.as_ref(),
+            |c, x| c.on_fit_end(x),
+        )?;
         let best_model_path = run.callbacks.iter().find_map(|c| c.best_model_path());
         Ok(FitOutcome {
             model,
@@ -755,10 +810,11 @@ impl Run {
     }
 
     /// A hook during `fit`, where callbacks may save checkpoints of `model` and `optimizer`.
-    fn hook_fit<B, M, O>(
+    fn hook_fit<B, M, O, S>(
         &mut self,
         model: &M,
         optimizer: &O,
+        scheduler: &S,
         scaler: Option<&GradScaler>,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()>
@@ -766,12 +822,18 @@ impl Run {
         B: AutodiffBackend,
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
+        S: LrScheduler,
     {
         let io = Arc::clone(&self.checkpoint_io);
         let save = |path: &Path, state: &TrainerState| -> anyhow::Result<()> {
+            let progress = Progress {
+                epoch: state.epoch,
+                global_step: state.global_step,
+                batches_done: state.batches_done as u64,
+                learning_rate: state.learning_rate,
+            };
             let bytes = Checkpoint::encode(
-                state.epoch,
-                state.global_step,
+                progress,
                 state.callback_metrics.clone(),
                 [
                     (
@@ -781,6 +843,10 @@ impl Run {
                     (
                         "optimizer".into(),
                         record_bytes::<B, _>(optimizer.to_record())?,
+                    ),
+                    (
+                        "scheduler".into(),
+                        record_bytes::<B, _>(scheduler.to_record::<B>())?,
                     ),
                 ]
                 .into_iter()
