@@ -31,6 +31,13 @@ use serde_json::Value;
 
 type B = Autodiff<Flex>;
 
+/// burn-flex's random generator is one per process: tests that seed it and then draw initial
+/// weights must not interleave, so every test here holds this lock.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 const FEATURES: usize = 4;
 
 #[derive(Debug, Clone)]
@@ -268,6 +275,7 @@ fn weights(model: &Regression<B>) -> Vec<f32> {
 
 #[test]
 fn max_epochs_and_max_steps_bound_the_loop() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = fit(options(dir.path()), &mut data(100, 20, 10), vec![]).unwrap();
     assert_eq!((out.epochs, out.global_step), (2, 20));
@@ -282,6 +290,7 @@ fn max_epochs_and_max_steps_bound_the_loop() {
 
 #[test]
 fn limit_batches_count_or_fraction() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o = TrainerOptions {
         limit_train_batches: Limit::Fraction(0.5),
@@ -302,6 +311,7 @@ fn limit_batches_count_or_fraction() {
 
 #[test]
 fn validation_follows_interval_and_epoch_frequency() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let base = TrainerOptions {
         max_epochs: Some(4),
@@ -356,6 +366,7 @@ fn validation_follows_interval_and_epoch_frequency() {
 
 #[test]
 fn sanity_check_runs_the_asked_batches_and_is_not_logged() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     for (steps, expected) in [(Some(2), 2), (Some(0), 0), (None, 2)] {
         let o = TrainerOptions {
@@ -373,6 +384,7 @@ fn sanity_check_runs_the_asked_batches_and_is_not_logged() {
 
 #[test]
 fn fast_dev_run_runs_n_batches_once_and_writes_nothing() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o = TrainerOptions {
         fast_dev_run: 2,
@@ -393,6 +405,7 @@ fn fast_dev_run_runs_n_batches_once_and_writes_nothing() {
 
 #[test]
 fn overfit_batches_trains_on_the_first_batches_unshuffled() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o = TrainerOptions {
         overfit_batches: Limit::Batches(2),
@@ -409,6 +422,7 @@ fn overfit_batches_trains_on_the_first_batches_unshuffled() {
 
 #[test]
 fn a_seed_makes_fits_repeat_bitwise() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let a = fit(options(dir.path()), &mut data(100, 20, 10), vec![]).unwrap();
     let b = fit(options(dir.path()), &mut data(100, 20, 10), vec![]).unwrap();
@@ -441,6 +455,7 @@ fn plan_for(accelerator: &str) -> Plan {
 
 #[test]
 fn deterministic_is_refused_with_a_reason_where_it_cannot_be_honoured() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o = TrainerOptions {
         deterministic: true,
@@ -469,6 +484,7 @@ fn deterministic_is_refused_with_a_reason_where_it_cannot_be_honoured() {
 
 #[test]
 fn accumulating_k_batches_equals_one_batch_k_times_larger() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let unshuffled = |o: TrainerOptions, batch: usize| {
         let mut d = data(32, 0, batch);
@@ -514,6 +530,7 @@ impl DataModule for Unshuffled<'_> {
 
 #[test]
 fn clipping_bounds_the_global_norm_and_each_value() {
+    let _serial = serial();
     let device = FlexDevice;
     let model = Regression::<B>::new(&device);
     let batch: Batch<B> = ItemBatcher.batch(items(16, 0), &device);
@@ -578,6 +595,7 @@ impl Callback for Scripted {
 
 #[test]
 fn early_stopping_stops_after_patience_but_not_before_min_epochs() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let stopper = || {
         Box::new(
@@ -613,6 +631,7 @@ fn early_stopping_stops_after_patience_but_not_before_min_epochs() {
 
 #[test]
 fn model_checkpoint_keeps_the_top_k_and_last() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let ckpt_dir = dir.path().join("ckpts");
     let checkpoint = ModelCheckpoint::new(ModelCheckpointConfig {
@@ -664,6 +683,7 @@ fn model_checkpoint_keeps_the_top_k_and_last() {
 
 #[test]
 fn a_default_checkpoint_is_written_unless_disabled() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = fit(options(dir.path()), &mut data(40, 20, 10), vec![]).unwrap();
     let path = out.best_model_path.unwrap();
@@ -688,6 +708,7 @@ fn a_default_checkpoint_is_written_unless_disabled() {
 
 #[test]
 fn csv_logger_writes_metrics_and_hparams_in_a_new_version() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o = TrainerOptions {
         log_every_n_steps: 2,
@@ -737,6 +758,7 @@ fn csv_logger_writes_metrics_and_hparams_in_a_new_version() {
 
 #[test]
 fn hooks_run_in_lightning_order() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o = TrainerOptions {
         max_epochs: Some(1),
@@ -780,6 +802,7 @@ impl Callback for FailsOnBatch3 {
 
 #[test]
 fn a_failure_reaches_on_exception_and_teardown_and_the_caller() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let rec = Recorder::default();
     let e = fit(
@@ -801,6 +824,7 @@ fn a_failure_reaches_on_exception_and_teardown_and_the_caller() {
 
 #[test]
 fn config_callbacks_build_and_unknown_ones_are_refused() {
+    let _serial = serial();
     let mut o = TrainerOptions::default();
     o.set(
         "callbacks",
@@ -831,6 +855,7 @@ for tag in acc.Tags()["scalars"]:
 
 #[test]
 fn tensorboard_event_files_are_valid_and_read_back_by_tensorboard() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut o = options(dir.path());
     o.log_every_n_steps = 2;
