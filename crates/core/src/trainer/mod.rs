@@ -13,6 +13,7 @@ pub mod log;
 pub mod module;
 pub mod options;
 pub mod scaler;
+pub mod signals;
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
@@ -43,6 +44,7 @@ use log::{MetricCollector, StepLog};
 use module::{EvalModule, Optimizers, PredictModule, SchedulerInterval, TrainingModule};
 use options::{Limit, TrainerOptions};
 use scaler::GradScaler;
+use signals::StopSignals;
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
@@ -66,6 +68,8 @@ pub struct FitOutcome<M> {
     pub log_dir: Option<PathBuf>,
     /// Whether a callback (e.g. EarlyStopping) stopped the run.
     pub stopped_early: bool,
+    /// The checkpoint written when a stop signal (SIGTERM, SIGUSR1, SIGINT) ended the run.
+    pub interrupted: Option<PathBuf>,
 }
 
 /// Runs models on one device of an accelerator (multi-process strategies come later).
@@ -572,6 +576,8 @@ impl<B: AutodiffBackend> Trainer<B> {
                 h.global_step
             );
         }
+        let signals = StopSignals::install()?;
+        let mut interrupted = None;
         let mut accumulator = GradientsAccumulator::<M>::new();
         let mut collector = MetricCollector::default();
         let mut batches_seen: u64 = epoch * n_train as u64 + skip as u64;
@@ -721,6 +727,36 @@ impl<B: AutodiffBackend> Trainer<B> {
                         |c, x| c.on_validation_end(x),
                     )?;
                 }
+                if let Some(signal) = signals.received() {
+                    let dir = run
+                        .state
+                        .log_dir
+                        .clone()
+                        .unwrap_or_else(|| o.default_root_dir.clone());
+                    let path = dir.join("checkpoints").join(format!(
+                        "{}-epoch={epoch}-step={}.ckpt",
+                        signal.to_ascii_lowercase(),
+                        run.state.global_step
+                    ));
+                    save_fit_checkpoint::<B, M, _, _>(
+                        run.checkpoint_io.as_ref(),
+                        &path,
+                        &run.state,
+                        &model,
+                        &optimizer,
+                        &scheduler,
+                        self.scaler.as_ref(),
+                    )?;
+                    run.checkpoint_io.wait()?;
+                    eprintln!(
+                        "received {signal}: stopped after step {}, checkpoint saved to {}; resume with --trainer.ckpt_path={}",
+                        run.state.global_step,
+                        path.display(),
+                        path.display()
+                    );
+                    interrupted = Some(path);
+                    break;
+                }
                 let steps_done = max_steps.is_some_and(|m| run.state.global_step >= m);
                 stop = steps_done || (run.state.should_stop && epoch + 1 >= o.min_epochs);
                 if stop {
@@ -741,6 +777,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             )?;
             run.loggers.save()?;
             stop = stop
+                || interrupted.is_some()
                 || max_steps.is_some_and(|m| run.state.global_step >= m)
                 || (run.state.should_stop && epoch + 1 >= o.min_epochs);
             epoch += 1;
@@ -762,8 +799,55 @@ impl<B: AutodiffBackend> Trainer<B> {
             best_model_path,
             log_dir: run.state.log_dir.clone(),
             stopped_early: run.state.should_stop,
+            interrupted,
         })
     }
+}
+
+/// Writes a `fit` checkpoint: weights, optimizer, scheduler, loss scaler and progress.
+fn save_fit_checkpoint<B, M, O, S>(
+    io: &dyn CheckpointIO,
+    path: &Path,
+    state: &TrainerState,
+    model: &M,
+    optimizer: &O,
+    scheduler: &S,
+    scaler: Option<&GradScaler>,
+) -> anyhow::Result<()>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+    O: Optimizer<M, B>,
+    S: LrScheduler,
+{
+    let progress = Progress {
+        epoch: state.epoch,
+        global_step: state.global_step,
+        batches_done: state.batches_done as u64,
+        learning_rate: state.learning_rate,
+    };
+    let bytes = Checkpoint::encode(
+        progress,
+        state.callback_metrics.clone(),
+        [
+            (
+                "model".into(),
+                record_bytes::<B, _>(model.clone().into_record())?,
+            ),
+            (
+                "optimizer".into(),
+                record_bytes::<B, _>(optimizer.to_record())?,
+            ),
+            (
+                "scheduler".into(),
+                record_bytes::<B, _>(scheduler.to_record::<B>())?,
+            ),
+        ]
+        .into_iter()
+        .chain(scaler.map(|s| ("grad_scaler".into(), scaler_bytes(s))))
+        .collect(),
+    )?;
+    io.save(&bytes, path)
 }
 
 /// The loss scaler's checkpoint section.
@@ -825,35 +909,16 @@ impl Run {
         S: LrScheduler,
     {
         let io = Arc::clone(&self.checkpoint_io);
-        let save = |path: &Path, state: &TrainerState| -> anyhow::Result<()> {
-            let progress = Progress {
-                epoch: state.epoch,
-                global_step: state.global_step,
-                batches_done: state.batches_done as u64,
-                learning_rate: state.learning_rate,
-            };
-            let bytes = Checkpoint::encode(
-                progress,
-                state.callback_metrics.clone(),
-                [
-                    (
-                        "model".into(),
-                        record_bytes::<B, _>(model.clone().into_record())?,
-                    ),
-                    (
-                        "optimizer".into(),
-                        record_bytes::<B, _>(optimizer.to_record())?,
-                    ),
-                    (
-                        "scheduler".into(),
-                        record_bytes::<B, _>(scheduler.to_record::<B>())?,
-                    ),
-                ]
-                .into_iter()
-                .chain(scaler.map(|s| ("grad_scaler".into(), scaler_bytes(s))))
-                .collect(),
-            )?;
-            io.save(&bytes, path)
+        let save = |path: &Path, state: &TrainerState| {
+            save_fit_checkpoint::<B, M, O, S>(
+                io.as_ref(),
+                path,
+                state,
+                model,
+                optimizer,
+                scheduler,
+                scaler,
+            )
         };
         self.hook(Some(&save), f)
     }
