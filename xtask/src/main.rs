@@ -2,7 +2,8 @@
 //!
 //! Every task calls `scripts/setup.sh` first (quick when everything is installed) and runs
 //! cargo with one shared target directory outside the clone
-//! (`CARGO_TARGET_DIR`, default `~/.cache/ember-target`) and `CARGO_BUILD_JOBS=2`.
+//! (`CARGO_TARGET_DIR`, default `~/.cache/ember-target`), `CARGO_BUILD_JOBS=2` and
+//! `CARGO_INCREMENTAL=0` (each unless already set).
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -46,6 +47,12 @@ fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
         .env(
             "CARGO_BUILD_JOBS",
             std::env::var("CARGO_BUILD_JOBS").unwrap_or_else(|_| "2".into()),
+        )
+        // Incremental caches add tens of GB across the three backend rows; CI rebuilds
+        // only what changed anyway.
+        .env(
+            "CARGO_INCREMENTAL",
+            std::env::var("CARGO_INCREMENTAL").unwrap_or_else(|_| "0".into()),
         )
         .envs(envs.iter().copied())
         .status();

@@ -1,47 +1,74 @@
 //! Graceful stops: SIGTERM and SIGUSR1 (what SLURM sends before it pre-empts a job) and a
 //! first SIGINT make `fit` finish the current step, write a checkpoint and return; a second
 //! SIGINT ends the process at once (exit status 130).
+//!
+//! The handlers are installed once per process. Outside `fit` they run the signal's default
+//! action (signal-hook cannot give the original handler back, and an unregistered signal would
+//! be ignored), so Ctrl-C still ends a program between fits.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use signal_hook::SigId;
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
 
-/// The stop signals, watched while `fit` runs (the handlers are removed when it is dropped).
-pub struct StopSignals {
+/// Flags the handlers write.
+struct Flags {
+    /// No `fit` is watching: run the default action.
+    idle: Arc<AtomicBool>,
+    /// A SIGINT arrived during this `fit`; the next one exits.
+    interrupted: Arc<AtomicBool>,
+    /// The stop signal received during this `fit` (0: none).
     received: Arc<AtomicUsize>,
-    ids: Vec<SigId>,
+}
+
+fn install() -> std::io::Result<Flags> {
+    let flags = Flags {
+        idle: Arc::new(AtomicBool::new(true)),
+        interrupted: Arc::new(AtomicBool::new(false)),
+        received: Arc::new(AtomicUsize::new(0)),
+    };
+    // Handlers run in registration order.
+    for signal in [SIGINT, SIGTERM, SIGUSR1] {
+        signal_hook::flag::register_conditional_default(signal, Arc::clone(&flags.idle))?;
+        if signal == SIGINT {
+            signal_hook::flag::register_conditional_shutdown(
+                SIGINT,
+                130,
+                Arc::clone(&flags.interrupted),
+            )?;
+            signal_hook::flag::register(SIGINT, Arc::clone(&flags.interrupted))?;
+        }
+        signal_hook::flag::register_usize(signal, Arc::clone(&flags.received), signal as usize)?;
+    }
+    Ok(flags)
+}
+
+fn flags() -> anyhow::Result<&'static Flags> {
+    static FLAGS: OnceLock<Result<Flags, String>> = OnceLock::new();
+    FLAGS
+        .get_or_init(|| install().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("cannot install the stop-signal handlers: {e}"))
+}
+
+/// Watches for stop signals while it lives (during `fit`).
+pub struct StopSignals {
+    flags: &'static Flags,
 }
 
 impl StopSignals {
     /// Starts watching.
     pub fn install() -> anyhow::Result<Self> {
-        let received = Arc::new(AtomicUsize::new(0));
-        let interrupted = Arc::new(AtomicBool::new(false));
-        // Handlers run in the order they were registered: a SIGINT that finds `interrupted`
-        // already set exits before it is recorded again.
-        let mut ids = vec![
-            signal_hook::flag::register_conditional_shutdown(
-                SIGINT,
-                130,
-                Arc::clone(&interrupted),
-            )?,
-            signal_hook::flag::register(SIGINT, interrupted)?,
-        ];
-        for signal in [SIGINT, SIGTERM, SIGUSR1] {
-            ids.push(signal_hook::flag::register_usize(
-                signal,
-                Arc::clone(&received),
-                signal as usize,
-            )?);
-        }
-        Ok(Self { received, ids })
+        let flags = flags()?;
+        flags.received.store(0, Ordering::SeqCst);
+        flags.interrupted.store(false, Ordering::SeqCst);
+        flags.idle.store(false, Ordering::SeqCst);
+        Ok(Self { flags })
     }
 
     /// The name of the stop signal received, if one was.
     pub fn received(&self) -> Option<&'static str> {
-        match i32::try_from(self.received.load(Ordering::Relaxed)).ok()? {
+        match i32::try_from(self.flags.received.load(Ordering::Relaxed)).ok()? {
             SIGINT => Some("SIGINT"),
             SIGTERM => Some("SIGTERM"),
             SIGUSR1 => Some("SIGUSR1"),
@@ -52,8 +79,6 @@ impl StopSignals {
 
 impl Drop for StopSignals {
     fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook::low_level::unregister(id);
-        }
+        self.flags.idle.store(true, Ordering::SeqCst);
     }
 }
