@@ -12,11 +12,12 @@ fn killed_writes_leave_the_previous_checkpoint_loadable() {
 #[test]
 fn the_harness_catches_writes_without_the_atomic_protocol() {
     let writer = std::path::Path::new(env!("CARGO_BIN_EXE_ckpt_writer"));
-    let runs = 12;
-    let loadable = ember_acceptance::fault::kill_runs(writer, runs, 42, true).unwrap();
+    // Most kills tear an in-place write; look for the first one in up to 40 runs.
+    let torn =
+        (0..40).any(|seed| ember_acceptance::fault::kill_runs(writer, 1, seed, true).unwrap() == 0);
     assert!(
-        loadable < runs,
-        "in-place writes survived every kill: the test cannot see tears"
+        torn,
+        "in-place writes survived 40 kills: the test cannot see tears"
     );
 }
 

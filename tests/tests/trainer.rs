@@ -435,24 +435,6 @@ fn a_seed_makes_fits_repeat_bitwise() {
     assert_ne!(weights(&a.model), weights(&c.model));
 }
 
-fn plan_for(accelerator: &str) -> Plan {
-    Plan {
-        accelerator: accelerator.into(),
-        strategy: "single_device".into(),
-        devices: vec![0],
-        num_nodes: 1,
-        precision: Precision::F32True,
-        cluster_environment: "local".into(),
-        world_size: 1,
-        global_rank: 0,
-        local_rank: 0,
-        node_rank: 0,
-        main_address: "127.0.0.1".into(),
-        main_port: 29500,
-        warnings: vec![],
-    }
-}
-
 #[test]
 fn deterministic_is_refused_with_a_reason_where_it_cannot_be_honoured() {
     let _serial = serial();
@@ -461,7 +443,10 @@ fn deterministic_is_refused_with_a_reason_where_it_cannot_be_honoured() {
         deterministic: true,
         ..options(dir.path())
     };
-    let cpu = Trainer::<B>::new::<ember::cpu::CpuAccelerator>(&plan_for("cpu"), o.clone());
+    let cpu = Trainer::<B>::new::<ember::cpu::CpuAccelerator>(
+        &Plan::local("cpu", Precision::F32True),
+        o.clone(),
+    );
     match std::env::var("RAYON_NUM_THREADS").as_deref() {
         Ok("1") => assert!(cpu.is_ok()),
         _ => {
@@ -472,7 +457,7 @@ fn deterministic_is_refused_with_a_reason_where_it_cannot_be_honoured() {
             );
         }
     }
-    let e = Trainer::<B>::new::<PlannedTpu>(&plan_for("tpu"), o)
+    let e = Trainer::<B>::new::<PlannedTpu>(&Plan::local("tpu", Precision::F32True), o)
         .err()
         .unwrap()
         .to_string();
@@ -719,11 +704,13 @@ fn csv_logger_writes_metrics_and_hparams_in_a_new_version() {
         ..options(dir.path())
     };
     for version in 0..2 {
-        let mut trainer =
-            Trainer::<B>::new::<ember::cpu::CpuAccelerator>(&plan_for("cpu"), o.clone())
-                .unwrap()
-                .with_callback(ember::callbacks::DeviceStatsMonitor::default())
-                .with_hparams(serde_json::json!({"model": {"lr": 0.05}}));
+        let mut trainer = Trainer::<B>::new::<ember::cpu::CpuAccelerator>(
+            &Plan::local("cpu", Precision::F32True),
+            o.clone(),
+        )
+        .unwrap()
+        .with_callback(ember::callbacks::DeviceStatsMonitor::default())
+        .with_hparams(serde_json::json!({"model": {"lr": 0.05}}));
         let model = Regression::new(trainer.device());
         let out = trainer.fit(model, &mut data(40, 20, 10)).unwrap();
         let log_dir = dir.path().join(format!("lightning_logs/version_{version}"));

@@ -50,6 +50,26 @@ pub enum Launcher {
 }
 
 impl Plan {
+    /// The plan the connector makes for one process on device 0 of `accelerator` on this
+    /// machine (for tests, benchmarks and programs that build a Trainer without the CLI).
+    pub fn local(accelerator: &str, precision: Precision) -> Self {
+        Self {
+            accelerator: accelerator.to_owned(),
+            strategy: crate::strategy::SINGLE_DEVICE.to_owned(),
+            devices: vec![0],
+            num_nodes: 1,
+            precision,
+            cluster_environment: crate::cluster::ClusterEnvironment::Local.name().to_owned(),
+            world_size: 1,
+            global_rank: 0,
+            local_rank: 0,
+            node_rank: 0,
+            main_address: "127.0.0.1".to_owned(),
+            main_port: 29500,
+            warnings: Vec::new(),
+        }
+    }
+
     /// The launcher this plan needs.
     pub fn launcher(&self) -> Launcher {
         if self.cluster_environment == crate::cluster::ClusterEnvironment::Local.name()

@@ -25,21 +25,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Trains digits at `precision` and prints its steps/s (training only).
 fn child(precision: Precision) -> anyhow::Result<()> {
-    let plan = Plan {
-        accelerator: CpuAccelerator::name().into(),
-        strategy: "single_device".into(),
-        devices: vec![0],
-        num_nodes: 1,
-        precision,
-        cluster_environment: "local".into(),
-        world_size: 1,
-        global_rank: 0,
-        local_rank: 0,
-        node_rank: 0,
-        main_address: "127.0.0.1".into(),
-        main_port: 29500,
-        warnings: vec![],
-    };
+    let plan = Plan::local(CpuAccelerator::name(), precision);
     let options = TrainerOptions {
         seed: Some(42),
         max_epochs: Some(EPOCHS),

@@ -50,21 +50,7 @@ impl Accelerator for HalfCpu {
 }
 
 fn plan() -> Plan {
-    Plan {
-        accelerator: "halfcpu".into(),
-        strategy: "single_device".into(),
-        devices: vec![0],
-        num_nodes: 1,
-        precision: Precision::F16Mixed,
-        cluster_environment: "local".into(),
-        world_size: 1,
-        global_rank: 0,
-        local_rank: 0,
-        node_rank: 0,
-        main_address: "127.0.0.1".into(),
-        main_port: 29500,
-        warnings: vec![],
-    }
+    Plan::local("halfcpu", Precision::F16Mixed)
 }
 
 #[test]

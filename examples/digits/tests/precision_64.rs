@@ -1,49 +1,22 @@
 //! 64-true on cpu: the model is built and trained in f64. (Its own test binary: a process
 //! trains in one float type per device.)
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor};
+use burn::tensor::DType;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::cpu::CpuAccelerator;
 use ember::{Plan, Precision, Trainer, TrainerOptions};
 
+mod common;
+
+use common::dtypes;
+
 type B = <CpuAccelerator as ember::Accelerator>::Backend;
-
-/// The dtype of every float parameter.
-struct Dtypes(Vec<DType>);
-
-impl<B: Backend> ModuleVisitor<B> for Dtypes {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0.push(param.val().dtype());
-    }
-}
-
-fn dtypes<M: Module<B>>(model: &M) -> Vec<DType> {
-    let mut visitor = Dtypes(Vec::new());
-    model.visit(&mut visitor);
-    visitor.0
-}
 
 #[test]
 fn sixty_four_true_builds_and_trains_in_f64() {
-    let plan = Plan {
-        accelerator: "cpu".into(),
-        strategy: "single_device".into(),
-        devices: vec![0],
-        num_nodes: 1,
-        precision: Precision::F64True,
-        cluster_environment: "local".into(),
-        world_size: 1,
-        global_rank: 0,
-        local_rank: 0,
-        node_rank: 0,
-        main_address: "127.0.0.1".into(),
-        main_port: 29500,
-        warnings: vec![],
-    };
+    let plan = Plan::local("cpu", Precision::F64True);
     let dir = tempfile::tempdir().unwrap();
     let options = TrainerOptions {
         seed: Some(42),

@@ -1,10 +1,8 @@
 //! bf16-mixed on cpu: f32 master weights, bf16 compute, f32 gradients. (Its own test binary:
 //! a process trains in one float type per device.)
 
-use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::LinearConfig;
 use burn::optim::GradientsParams;
-use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Tensor};
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
@@ -13,39 +11,15 @@ use ember::cpu::CpuAccelerator;
 use ember::trainer::dtype;
 use ember::{Plan, Precision, Trainer, TrainerOptions};
 
+mod common;
+
+use common::dtypes;
+
 type B = <CpuAccelerator as ember::Accelerator>::Backend;
-
-struct Dtypes(Vec<DType>);
-
-impl<B: Backend> ModuleVisitor<B> for Dtypes {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0.push(param.val().dtype());
-    }
-}
-
-fn dtypes<B: Backend, M: Module<B>>(model: &M) -> Vec<DType> {
-    let mut visitor = Dtypes(Vec::new());
-    model.visit(&mut visitor);
-    visitor.0
-}
 
 #[test]
 fn bf16_mixed_keeps_f32_masters_and_computes_in_bf16() {
-    let plan = Plan {
-        accelerator: "cpu".into(),
-        strategy: "single_device".into(),
-        devices: vec![0],
-        num_nodes: 1,
-        precision: Precision::Bf16Mixed,
-        cluster_environment: "local".into(),
-        world_size: 1,
-        global_rank: 0,
-        local_rank: 0,
-        node_rank: 0,
-        main_address: "127.0.0.1".into(),
-        main_port: 29500,
-        warnings: vec![],
-    };
+    let plan = Plan::local("cpu", Precision::Bf16Mixed);
     let dir = tempfile::tempdir().unwrap();
     let options = TrainerOptions {
         seed: Some(42),

@@ -1,7 +1,8 @@
 //! Writes checkpoints into the directory given as its argument until it is killed: step N goes
 //! to `step=N.ckpt` and `last.ckpt`, and `step=N-2.ckpt` is removed (a top-2 rotation). Prints
 //! `saved N` after each complete save. Used by the checkpoint fault test; with
-//! `EMBER_FAULT_DIRECT_WRITES=1` it writes files in place instead (the test's control).
+//! `EMBER_FAULT_DIRECT_WRITES=1` it writes files in place instead, pausing between chunks like a
+//! slow disk (the test's control, which must be caught leaving torn files).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -21,6 +22,8 @@ fn main() -> anyhow::Result<()> {
             let mut file = std::fs::File::create(path)?;
             for chunk in bytes.chunks(WRITE_CHUNK) {
                 file.write_all(chunk)?;
+                // A slow disk: the file stays partial long enough for most kills to land in it.
+                std::thread::sleep(std::time::Duration::from_millis(2));
             }
             Ok(())
         } else {

@@ -576,19 +576,25 @@ impl<B: AutodiffBackend> Trainer<B> {
                 h.global_step
             );
         }
+        // Calls a hook with a checkpoint saver over the current model, optimizer and scheduler.
+        macro_rules! fit_hook {
+            ($hook:ident) => {
+                run.hook_fit(
+                    &model,
+                    &optimizer,
+                    &scheduler,
+                    self.scaler.as_ref(),
+                    |c, x| c.$hook(x),
+                )
+            };
+        }
         let signals = StopSignals::install()?;
         let mut interrupted = None;
         let mut accumulator = GradientsAccumulator::<M>::new();
         let mut collector = MetricCollector::default();
         let mut batches_seen: u64 = epoch * n_train as u64 + skip as u64;
 
-        run.hook_fit(
-            &model,
-            &optimizer,
-            &scheduler,
-            self.scaler.as_ref(),
-            |c, x| c.on_fit_start(x),
-        )?;
+        fit_hook!(on_fit_start)?;
         let sanity = match (val, o.num_sanity_val_steps) {
             _ if fast > 0 => 0,
             (Some(_), Some(s)) => usize::try_from(s).unwrap_or(usize::MAX).min(n_val),
@@ -615,13 +621,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         while epoch < run.state.max_epochs && !stop {
             run.state.epoch = epoch;
             run.state.batches_done = skip;
-            run.hook_fit(
-                &model,
-                &optimizer,
-                &scheduler,
-                self.scaler.as_ref(),
-                |c, x| c.on_train_epoch_start(x),
-            )?;
+            fit_hook!(on_train_epoch_start)?;
             let batches = train.batch_indices(self.seed, epoch);
             let resumed_at = std::mem::take(&mut skip);
             for (batch_idx, indices) in batches.iter().take(n_train).enumerate().skip(resumed_at) {
@@ -699,13 +699,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 run.state.batch_idx = batch_idx;
                 run.state.batches_done = batch_idx + 1;
                 batches_seen += 1;
-                run.hook_fit(
-                    &model,
-                    &optimizer,
-                    &scheduler,
-                    self.scaler.as_ref(),
-                    |c, x| c.on_train_batch_end(x),
-                )?;
+                fit_hook!(on_train_batch_end)?;
 
                 let validate_now = n_val > 0
                     && match o.check_val_every_n_epoch {
@@ -719,13 +713,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                     let metrics =
                         self.eval_pass(run, &eval, val, batcher, n_val, Stage::Validate)?;
                     run.publish(&metrics, true)?;
-                    run.hook_fit(
-                        &model,
-                        &optimizer,
-                        &scheduler,
-                        self.scaler.as_ref(),
-                        |c, x| c.on_validation_end(x),
-                    )?;
+                    fit_hook!(on_validation_end)?;
                 }
                 if let Some(signal) = signals.received() {
                     let dir = run
@@ -768,13 +756,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             if interval == SchedulerInterval::Epoch {
                 lr = scheduler.step();
             }
-            run.hook_fit(
-                &model,
-                &optimizer,
-                &scheduler,
-                self.scaler.as_ref(),
-                |c, x| c.on_train_epoch_end(x),
-            )?;
+            fit_hook!(on_train_epoch_end)?;
             run.loggers.save()?;
             stop = stop
                 || interrupted.is_some()
@@ -782,13 +764,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 || (run.state.should_stop && epoch + 1 >= o.min_epochs);
             epoch += 1;
         }
-        run.hook_fit(
-            &model,
-            &optimizer,
-            &scheduler,
-            self.scaler.as_ref(),
-            |c, x| c.on_fit_end(x),
-        )?;
+        fit_hook!(on_fit_end)?;
         let best_model_path = run.callbacks.iter().find_map(|c| c.best_model_path());
         Ok(FitOutcome {
             model,
