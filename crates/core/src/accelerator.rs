@@ -8,6 +8,23 @@ use burn::tensor::backend::AutodiffBackend;
 use crate::devices::{self, DevicesFlag};
 use crate::precision::Precision;
 
+/// Refuses `--trainer.deterministic=true` on an accelerator whose kernels cannot honour it
+/// (`support` is its [`Accelerator::deterministic`]).
+pub fn check_deterministic(
+    accelerator: &str,
+    wanted: bool,
+    support: fn() -> Result<(), String>,
+) -> crate::error::PlanResult<()> {
+    match support() {
+        Err(reason) if wanted => Err(crate::error::FlagError::new(
+            "--trainer.deterministic",
+            "true",
+            format!("accelerator {accelerator} cannot guarantee bitwise repeatable runs: {reason}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The device type of an accelerator's backend.
 pub type DeviceOf<A> = Device<<A as Accelerator>::Backend>;
 

@@ -26,6 +26,8 @@ pub struct AcceleratorSpec {
     pub probe: fn() -> usize,
     /// The accelerator's device rule.
     pub parse_devices: fn(&DevicesFlag, usize) -> Result<Vec<usize>, String>,
+    /// Whether it can honour `deterministic=true` (the error says why not).
+    pub deterministic: fn() -> Result<(), String>,
 }
 
 impl AcceleratorSpec {
@@ -39,6 +41,7 @@ impl AcceleratorSpec {
             precisions: A::precisions(),
             probe: probe::<A>,
             parse_devices: A::parse_devices,
+            deterministic: A::deterministic,
         }
     }
 }

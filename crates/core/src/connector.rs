@@ -30,6 +30,11 @@ pub fn connect(
         })?;
     let num_nodes = check_num_nodes(flags.num_nodes)?;
     let precision = select_precision(&flags.precision, accelerator, &mut warnings)?;
+    crate::accelerator::check_deterministic(
+        accelerator.name,
+        flags.options.deterministic,
+        accelerator.deterministic,
+    )?;
     let environment = match ClusterEnvironment::parse_choice(&flags.cluster_environment)? {
         Some(chosen) => chosen,
         None => ClusterEnvironment::detect(env),

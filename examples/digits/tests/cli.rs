@@ -223,6 +223,20 @@ fn bad_checkpoints_and_ddp_fail_clearly() {
 }
 
 #[test]
+fn deterministic_is_checked_at_plan_time() {
+    let flags = ["fit", "--trainer.deterministic=true", "--print-plan"];
+    let out = digits(&flags, &[("RAYON_NUM_THREADS", "2")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--trainer.deterministic") && err.contains("RAYON_NUM_THREADS=1"),
+        "{err}"
+    );
+    let out = digits(&flags, &[("RAYON_NUM_THREADS", "1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
 fn loop_flags_are_checked_before_anything_runs() {
     for (args, needles) in [
         (

@@ -18,13 +18,7 @@ type B = <CpuAccelerator as ember::Accelerator>::Backend;
 fn sixty_four_true_builds_and_trains_in_f64() {
     let plan = Plan::local("cpu", Precision::F64True);
     let dir = tempfile::tempdir().unwrap();
-    let options = TrainerOptions {
-        seed: Some(42),
-        max_epochs: Some(3),
-        enable_progress_bar: false,
-        default_root_dir: dir.path().to_owned(),
-        ..TrainerOptions::default()
-    };
+    let options = common::three_epochs(dir.path());
     let mut trainer = Trainer::<B>::new::<CpuAccelerator>(&plan, options).unwrap();
     let model = DigitsModel::<B>::new(&ModelConfig::default(), trainer.device());
     assert_eq!(dtypes(&model), vec![DType::F64; 6]);

@@ -9,7 +9,7 @@ use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::cpu::CpuAccelerator;
 use ember::trainer::dtype;
-use ember::{Plan, Precision, Trainer, TrainerOptions};
+use ember::{Plan, Precision, Trainer};
 
 mod common;
 
@@ -21,13 +21,7 @@ type B = <CpuAccelerator as ember::Accelerator>::Backend;
 fn bf16_mixed_keeps_f32_masters_and_computes_in_bf16() {
     let plan = Plan::local("cpu", Precision::Bf16Mixed);
     let dir = tempfile::tempdir().unwrap();
-    let options = TrainerOptions {
-        seed: Some(42),
-        max_epochs: Some(3),
-        enable_progress_bar: false,
-        default_root_dir: dir.path().to_owned(),
-        ..TrainerOptions::default()
-    };
+    let options = common::three_epochs(dir.path());
     let mut trainer = Trainer::<B>::new::<CpuAccelerator>(&plan, options).unwrap();
     let device = *trainer.device();
 

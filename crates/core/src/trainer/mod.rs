@@ -104,14 +104,11 @@ impl<B: AutodiffBackend> Trainer<B> {
         plan: &Plan,
         options: TrainerOptions,
     ) -> anyhow::Result<Self> {
-        if options.deterministic
-            && let Err(reason) = A::deterministic()
-        {
-            anyhow::bail!(
-                "invalid --trainer.deterministic value `true`: accelerator {} cannot guarantee it: {reason}",
-                A::name()
-            );
-        }
+        crate::accelerator::check_deterministic(
+            A::name(),
+            options.deterministic,
+            A::deterministic,
+        )?;
         let device = A::parallel_devices(&[plan.local_device()])
             .into_iter()
             .next()

@@ -1,8 +1,22 @@
 //! Helpers shared by the digits precision tests.
 
+use std::path::Path;
+
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
+use ember::TrainerOptions;
+
+/// Quiet options for a 3-epoch digits fit (seed 42) writing under `root`.
+pub fn three_epochs(root: &Path) -> TrainerOptions {
+    TrainerOptions {
+        seed: Some(42),
+        max_epochs: Some(3),
+        enable_progress_bar: false,
+        default_root_dir: root.to_owned(),
+        ..TrainerOptions::default()
+    }
+}
 
 /// The dtype of every float parameter.
 struct Dtypes(Vec<DType>);
