@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use serde::Serialize;
@@ -13,12 +14,14 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::cluster::Env;
+use crate::collective::{self, Engine};
 use crate::config::{self, ConfigSources};
 use crate::connector::connect;
 use crate::error::{FlagError, list};
 use crate::flags::{TrainerFlags, render, trainer_keys};
 use crate::inventory::Inventory;
 use crate::job::Job;
+use crate::plan::{Launcher, Plan};
 use crate::registry::Registry;
 
 /// Which loop to run.
@@ -78,6 +81,12 @@ pub enum CliOutcome<O> {
     Printed(String),
     /// The job ran and returned this.
     Ran(O),
+    /// This process was the local launcher: it started the run's ranks, which ended with
+    /// this exit status.
+    Launched {
+        /// Exit status of the ranks (0: all succeeded).
+        code: u8,
+    },
     /// An error: a message for stderr and the exit status (2: bad input, 1: the job failed).
     Failed {
         /// Exit status.
@@ -144,6 +153,7 @@ where
                 ExitCode::SUCCESS
             }
             CliOutcome::Ran(_) => ExitCode::SUCCESS,
+            CliOutcome::Launched { code } => ExitCode::from(code),
             CliOutcome::Failed { code, message } => {
                 eprintln!("error: {message}");
                 ExitCode::from(code)
@@ -165,7 +175,8 @@ where
             "model": serde_json::to_value(&self.model).unwrap_or(Value::Null),
             "data": serde_json::to_value(&self.data).unwrap_or(Value::Null),
         });
-        let (args, section_overrides) = match split_section_overrides(args.into_iter().collect()) {
+        let argv: Vec<String> = args.into_iter().collect();
+        let (args, section_overrides) = match split_section_overrides(argv.clone()) {
             Ok(split) => split,
             Err(e) => return CliOutcome::bad_input(e),
         };
@@ -212,6 +223,34 @@ where
                     plan,
                     inventory,
                 } = *ready;
+                let engine = match (plan.world_size > 1, registry.engine()) {
+                    (false, _) => None,
+                    (true, Some(engine)) => Some(engine),
+                    (true, None) => {
+                        return CliOutcome::Failed {
+                            code: 2,
+                            message: format!(
+                                "--trainer.strategy={} runs {} processes, but this program has no distributed engine: \
+                                 build it with ember's `mpi` feature (or call Registry::with_engine)",
+                                plan.strategy, plan.world_size
+                            ),
+                        };
+                    }
+                };
+                if let (Some(engine), Launcher::Local { .. }) = (engine, plan.launcher()) {
+                    return launch(engine, &plan, argv.get(1..).unwrap_or_default());
+                }
+                let timeout = Duration::from_secs_f64(trainer.options.ddp_timeout);
+                let collective = match engine.map(|e| e.join(&plan, timeout)).transpose() {
+                    Ok(collective) => collective,
+                    Err(e) => {
+                        return CliOutcome::Failed {
+                            code: 1,
+                            message: format!("rank {}: {e:#}", plan.global_rank),
+                        };
+                    }
+                };
+                let _installed = collective.clone().map(collective::install);
                 let job = make_job(Invocation {
                     stage,
                     trainer,
@@ -220,10 +259,15 @@ where
                 });
                 match registry.run(job, &plan, &inventory) {
                     Ok(out) => CliOutcome::Ran(out),
-                    Err(e) => CliOutcome::Failed {
-                        code: 1,
-                        message: format!("{e:#}"),
-                    },
+                    Err(e) => {
+                        let message = format!("{e:#}");
+                        if let Some(collective) = &collective {
+                            // The other ranks would wait for this one in their next collective.
+                            eprintln!("error: rank {}: {message}", plan.global_rank);
+                            collective.abort(1);
+                        }
+                        CliOutcome::Failed { code: 1, message }
+                    }
                 }
             }
         }
@@ -399,8 +443,31 @@ struct Ready<M, D> {
     trainer: TrainerFlags,
     model: M,
     data: D,
-    plan: crate::plan::Plan,
+    plan: Plan,
     inventory: Inventory,
+}
+
+/// Starts the ranks of a local multi-process run through the engine's launcher.
+fn launch<O>(engine: &dyn Engine, plan: &Plan, args: &[String]) -> CliOutcome<O> {
+    if plan.num_nodes > 1 {
+        return CliOutcome::Failed {
+            code: 2,
+            message: format!(
+                "--trainer.num_nodes={} with no cluster environment: ember's launcher starts ranks on this machine only; \
+                 start every rank with mpirun (--host or a hostfile) or srun, which set the rank environment",
+                plan.num_nodes
+            ),
+        };
+    }
+    match engine.launch(plan, args) {
+        Ok(code) => CliOutcome::Launched {
+            code: u8::try_from(code).unwrap_or(1),
+        },
+        Err(e) => CliOutcome::Failed {
+            code: 1,
+            message: format!("{e:#}"),
+        },
+    }
 }
 
 /// Arguments for clap, and the `(section.key, value)` overrides taken out of them.

@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod checkpoint_io;
 pub mod cli;
 pub mod cluster;
+pub mod collective;
 pub mod config;
 pub mod connector;
 pub mod devices;

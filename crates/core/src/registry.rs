@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::accelerator::{Accelerator, AcceleratorKind};
 use crate::catalog::{AcceleratorSpec, Catalog, RESERVED_ACCELERATOR_NAMES};
+use crate::collective::Engine;
 use crate::error::{FlagError, PlanResult};
 use crate::inventory::{INVENTORY_VAR, Inventory};
 use crate::job::Job;
@@ -70,10 +71,12 @@ fn check_name(what: &'static str, name: &str) -> Result<(), RegistryError> {
     }
 }
 
-/// Accelerators and strategies by name, with a runner for job `J` per accelerator.
+/// Accelerators and strategies by name, with a runner for job `J` per accelerator, and the
+/// distributed engine that starts and joins the processes of a multi-process run.
 pub struct Registry<J: Job> {
     catalog: Catalog,
     runners: Vec<Runner<J>>,
+    engine: Option<Box<dyn Engine>>,
 }
 
 impl<J: Job> Default for Registry<J> {
@@ -88,7 +91,20 @@ impl<J: Job> Registry<J> {
         Self {
             catalog: Catalog::default(),
             runners: Vec::new(),
+            engine: None,
         }
+    }
+
+    /// Sets the distributed engine (e.g. `ember_mpi::MpiEngine`) that runs with more than one
+    /// process use; without one they are refused.
+    pub fn with_engine(mut self, engine: impl Engine + 'static) -> Self {
+        self.engine = Some(Box::new(engine));
+        self
+    }
+
+    /// The distributed engine, if one is set.
+    pub fn engine(&self) -> Option<&dyn Engine> {
+        self.engine.as_deref()
     }
 
     /// Registers accelerator `A` under `A::name()`; a taken name is an error.

@@ -1,7 +1,7 @@
 //! ember: the PyTorch Lightning architecture for models written with burn.
 //!
 //! Depend on this crate with the features for the hardware you want (`cpu` is the default;
-//! `cuda` and `wgpu` add those accelerators). [`registry`] returns a registry with every enabled
+//! `cuda` and `wgpu` add those accelerators; `mpi` adds multi-process runs on OpenMPI). [`registry`] returns a registry with every enabled
 //! accelerator; add your own with [`Registry::register`] and run jobs through [`Cli`].
 
 pub use burn;
@@ -13,10 +13,15 @@ pub use ember_accel_cpu as cpu;
 pub use ember_accel_cuda as cuda;
 #[cfg(feature = "wgpu")]
 pub use ember_accel_wgpu as wgpu;
+#[cfg(feature = "mpi")]
+pub use ember_mpi as mpi;
 
-/// A registry holding every accelerator this build enables (cpu, cuda, wgpu by feature).
+/// A registry holding every accelerator this build enables (cpu, cuda, wgpu by feature), and
+/// with the `mpi` feature the OpenMPI engine that multi-process (ddp) runs use.
 pub fn registry<J: Job>() -> Registry<J> {
     let registry = Registry::new();
+    #[cfg(feature = "mpi")]
+    let registry = registry.with_engine(mpi::MpiEngine);
     #[cfg(feature = "cpu")]
     let registry = registry
         .register::<cpu::CpuAccelerator>()

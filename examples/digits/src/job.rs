@@ -1,9 +1,7 @@
 //! The digits job: what `digits fit|validate|test|predict` runs on the accelerator the plan
 //! selects, through ember's Trainer.
 
-use anyhow::bail;
 use burn::tensor::backend::AutodiffBackend;
-use ember::strategy::SINGLE_DEVICE;
 use ember::{Accelerator, Invocation, Job, Plan, Stage, Trainer, TrainerOptions};
 use serde_json::{Value, json};
 
@@ -70,13 +68,6 @@ impl Job for DigitsJob {
     type Output = DigitsOutput;
 
     fn run<A: Accelerator>(self, plan: &Plan) -> anyhow::Result<DigitsOutput> {
-        if plan.strategy != SINGLE_DEVICE {
-            bail!(
-                "strategy {} is planned (devices {:?}) but multi-process training is not built yet; use --trainer.devices=1",
-                plan.strategy,
-                plan.devices
-            );
-        }
         let mut hparams = self.hparams.clone();
         hparams["plan"] = serde_json::to_value(plan)?;
         let mut trainer =
@@ -94,7 +85,9 @@ fn run_stage<B: AutodiffBackend>(
     data: &mut DigitsData,
     plan: &Plan,
 ) -> anyhow::Result<DigitsOutput> {
-    if job.stage != Stage::Fit && job.options.ckpt_path.is_none() {
+    // Under ddp every rank runs this; rank 0 speaks for the run.
+    let rank0 = plan.global_rank == 0;
+    if rank0 && job.stage != Stage::Fit && job.options.ckpt_path.is_none() {
         eprintln!(
             "warning: no --trainer.ckpt_path given: `{}` runs on freshly initialised weights",
             job.stage.name()
@@ -106,17 +99,19 @@ fn run_stage<B: AutodiffBackend>(
             let model = DigitsModel::<B>::new(&job.model, &device);
             let out = trainer.fit(model, data)?;
             let val_acc = out.metrics.get("val_acc").copied();
-            println!(
-                "trained {} steps in {:.2} s ({:.0} steps/s) on {}; val_acc {}{}",
-                out.global_step,
-                out.seconds,
-                out.global_step as f64 / out.seconds,
-                plan.accelerator,
-                val_acc.map_or("n/a".into(), |a| format!("{a:.4}")),
-                out.best_model_path
-                    .map(|p| format!("; checkpoint {}", p.display()))
-                    .unwrap_or_default()
-            );
+            if rank0 {
+                println!(
+                    "trained {} steps in {:.2} s ({:.0} steps/s) on {}; val_acc {}{}",
+                    out.global_step,
+                    out.seconds,
+                    out.global_step as f64 / out.seconds,
+                    plan.accelerator,
+                    val_acc.map_or("n/a".into(), |a| format!("{a:.4}")),
+                    out.best_model_path
+                        .map(|p| format!("; checkpoint {}", p.display()))
+                        .unwrap_or_default()
+                );
+            }
             Ok(DigitsOutput::Fit {
                 steps: out.global_step,
                 seconds: out.seconds,
@@ -130,7 +125,7 @@ fn run_stage<B: AutodiffBackend>(
             } else {
                 trainer.validate(model, data)?
             };
-            for (name, value) in &metrics {
+            for (name, value) in metrics.iter().filter(|_| rank0) {
                 println!("{name} {value:.4}");
             }
             Ok(DigitsOutput::Metrics(metrics))
@@ -138,7 +133,9 @@ fn run_stage<B: AutodiffBackend>(
         Stage::Predict => {
             let model = DigitsModel::<Inner<B>>::new(&job.model, &device);
             let predictions: Vec<i64> = trainer.predict(model, data)?.concat();
-            print_lines(&predictions)?;
+            if rank0 {
+                print_lines(&predictions)?;
+            }
             Ok(DigitsOutput::Predictions(predictions))
         }
     }

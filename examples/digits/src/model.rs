@@ -130,18 +130,17 @@ impl<B: Backend> EvalModule<B> for DigitsModel<B> {
 
     fn validation_step(&self, batch: DigitsBatch<B>, log: &mut StepLog<B>) {
         let (loss, accuracy, n) = self.evaluate(batch);
-        log.log_with("val_loss", loss, LogOptions::default().batch_size(n));
-        log.log_with(
-            "val_acc",
-            accuracy,
-            LogOptions::default().batch_size(n).prog_bar(),
-        );
+        // sync_dist: under ddp each rank validates a shard; the logged value covers them all.
+        let options = LogOptions::default().batch_size(n).sync_dist();
+        log.log_with("val_loss", loss, options);
+        log.log_with("val_acc", accuracy, options.prog_bar());
     }
 
     fn test_step(&self, batch: DigitsBatch<B>, log: &mut StepLog<B>) {
         let (loss, accuracy, n) = self.evaluate(batch);
-        log.log_with("test_loss", loss, LogOptions::default().batch_size(n));
-        log.log_with("test_acc", accuracy, LogOptions::default().batch_size(n));
+        let options = LogOptions::default().batch_size(n).sync_dist();
+        log.log_with("test_loss", loss, options);
+        log.log_with("test_acc", accuracy, options);
     }
 }
 

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::ElementConversion as _;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use ember::epoch_permutation;
+use ember::trainer::data::Shard;
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Digits, batch_of};
@@ -155,4 +156,44 @@ fn by_hand<B: AutodiffBackend>(
     }
     report.seconds = start.elapsed().as_secs_f64();
     Ok((model, report))
+}
+
+/// The reference for data-parallel training (ACCEPTANCE 28): one process that, for every
+/// optimizer step, accumulates the batches the `world` ranks of a ddp run would each see at
+/// that step, in rank order, each loss divided by `world`. Returns the model after `epochs`.
+pub fn train_shards_by_hand<B: AutodiffBackend>(
+    device: &B::Device,
+    model_config: &ModelConfig,
+    data_config: &DataConfig,
+    epochs: usize,
+    world: usize,
+) -> anyhow::Result<Mlp<B>> {
+    let (train, _) = data_config.load()?;
+    B::seed(device, data_config.seed);
+    let mut model = model_config.init::<B>(device);
+    let mut optimizer = AdamConfig::new().init::<B, Mlp<B>>();
+    for epoch in 0..epochs {
+        let order = epoch_permutation(train.len(), data_config.seed, epoch as u64);
+        let shards: Vec<Vec<usize>> = (0..world)
+            .map(|rank| Shard { rank, world }.take(&order))
+            .collect();
+        // Every shard has the same length, so every rank runs the same number of steps.
+        let batches: Vec<Vec<&[usize]>> = shards
+            .iter()
+            .map(|s| s.chunks(data_config.batch_size).collect())
+            .collect();
+        for step in 0..batches[0].len() {
+            let mut accumulator = GradientsAccumulator::<Mlp<B>>::new();
+            for rank_batches in &batches {
+                let batch = batch_of::<B>(&train, rank_batches[step], device);
+                let loss = model
+                    .loss(batch.images, batch.labels)
+                    .div_scalar(world as f64);
+                accumulator
+                    .accumulate(&model, GradientsParams::from_grads(loss.backward(), &model));
+            }
+            model = optimizer.step(model_config.lr, model, accumulator.grads());
+        }
+    }
+    Ok(model)
 }

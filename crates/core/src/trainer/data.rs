@@ -26,6 +26,46 @@ pub struct Loader<I> {
     pub shuffle: bool,
     /// Drop a last batch smaller than `batch_size`.
     pub drop_last: bool,
+    /// The share of each epoch this process batches (all of it unless the run is distributed).
+    pub shard: Shard,
+}
+
+/// One rank's share of every epoch, as torch's `DistributedSampler` deals it: the epoch's
+/// order (the same on every rank) is padded by repeating its first items to a multiple of
+/// `world`, and rank `r` takes the items at positions `r, r + world, r + 2·world, ...`. Every
+/// rank gets the same number of items, so every rank runs the same number of batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This process's rank.
+    pub rank: usize,
+    /// Processes sharing the epoch.
+    pub world: usize,
+}
+
+impl Shard {
+    /// The whole epoch (one process).
+    pub const WHOLE: Shard = Shard { rank: 0, world: 1 };
+
+    /// Items this shard gets of an epoch of `len`.
+    pub fn items(self, len: usize) -> usize {
+        len.div_ceil(self.world)
+    }
+
+    /// This shard's items of an epoch visited in `order`.
+    pub fn take(self, order: &[usize]) -> Vec<usize> {
+        if self.world == 1 {
+            return order.to_vec();
+        }
+        let padded = self.items(order.len()) * self.world;
+        order
+            .iter()
+            .cycle()
+            .take(padded)
+            .skip(self.rank)
+            .step_by(self.world)
+            .copied()
+            .collect()
+    }
 }
 
 impl<I> Clone for Loader<I> {
@@ -35,6 +75,7 @@ impl<I> Clone for Loader<I> {
             batch_size: self.batch_size,
             shuffle: self.shuffle,
             drop_last: self.drop_last,
+            shard: self.shard,
         }
     }
 }
@@ -47,7 +88,14 @@ impl<I> Loader<I> {
             batch_size,
             shuffle: false,
             drop_last: false,
+            shard: Shard::WHOLE,
         }
+    }
+
+    /// Batches only `shard`'s items of each epoch.
+    pub fn sharded(mut self, shard: Shard) -> Self {
+        self.shard = shard;
+        self
     }
 
     /// Shuffles every epoch.
@@ -62,9 +110,9 @@ impl<I> Loader<I> {
         self
     }
 
-    /// Batches per epoch.
+    /// Batches per epoch (of this loader's shard).
     pub fn num_batches(&self) -> usize {
-        let n = self.dataset.len();
+        let n = self.shard.items(self.dataset.len());
         if self.drop_last {
             n / self.batch_size
         } else {
@@ -72,14 +120,15 @@ impl<I> Loader<I> {
         }
     }
 
-    /// The item indices of each batch of `epoch`, in order.
+    /// The item indices of each batch of `epoch` (of this loader's shard), in order.
     pub fn batch_indices(&self, seed: u64, epoch: u64) -> Vec<Vec<usize>> {
         let order = if self.shuffle {
             epoch_permutation(self.dataset.len(), seed, epoch)
         } else {
             (0..self.dataset.len()).collect()
         };
-        order
+        self.shard
+            .take(&order)
             .chunks(self.batch_size)
             .take(self.num_batches())
             .map(<[usize]>::to_vec)
@@ -175,5 +224,28 @@ mod tests {
         assert_ne!(l.batch_indices(7, 1), batches);
         assert_eq!(l.clone().drop_last().batch_indices(7, 0).len(), 3);
         assert_eq!(loader(10, 3).batch_indices(7, 5)[0], vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn shards_split_the_epoch_evenly_and_pad_with_its_first_items() {
+        let whole = loader(10, 2).shuffled();
+        let order = epoch_permutation(10, 3, 1);
+        let shards: Vec<Vec<usize>> = (0..4)
+            .map(|rank| {
+                whole
+                    .clone()
+                    .sharded(Shard { rank, world: 4 })
+                    .batch_indices(3, 1)
+                    .concat()
+            })
+            .collect();
+        assert!(shards.iter().all(|s| s.len() == 3));
+        assert_eq!(shards[0], vec![order[0], order[4], order[8]]);
+        assert_eq!(shards[1], vec![order[1], order[5], order[9]]);
+        assert_eq!(shards[2], vec![order[2], order[6], order[0]]);
+        assert_eq!(shards[3], vec![order[3], order[7], order[1]]);
+        let sharded = whole.sharded(Shard { rank: 1, world: 4 });
+        assert_eq!(sharded.num_batches(), 2);
+        assert_eq!(sharded.clone().drop_last().num_batches(), 1);
     }
 }

@@ -11,6 +11,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 
 use crate::cli::Stage;
+use crate::collective::Collective;
 
 /// How epoch values of a metric are combined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,6 +40,9 @@ pub struct LogOptions {
     pub batch_size: Option<usize>,
     /// Epoch reduction.
     pub reduce: Reduce,
+    /// Reduce the epoch value across the ranks of a distributed run (otherwise each rank
+    /// keeps its own shard's value, and rank 0's is the one logged).
+    pub sync_dist: bool,
 }
 
 impl LogOptions {
@@ -65,6 +69,11 @@ impl LogOptions {
     /// Epoch reduction.
     pub fn reduce(mut self, reduce: Reduce) -> Self {
         self.reduce = reduce;
+        self
+    }
+    /// Reduce the epoch value across ranks.
+    pub fn sync_dist(mut self) -> Self {
+        self.sync_dist = true;
         self
     }
 }
@@ -163,9 +172,25 @@ struct Accumulator {
     total: f64,
     weight: f64,
     reduce: Reduce,
+    sync: bool,
 }
 
 impl Accumulator {
+    /// Nothing reduced yet.
+    fn empty(reduce: Reduce, sync: bool) -> Self {
+        let total = match reduce {
+            Reduce::Max => f64::NEG_INFINITY,
+            Reduce::Min => f64::INFINITY,
+            _ => 0.0,
+        };
+        Self {
+            total,
+            weight: 0.0,
+            reduce,
+            sync,
+        }
+    }
+
     fn add(&mut self, x: f64, w: f64) {
         match self.reduce {
             Reduce::Mean => {
@@ -175,6 +200,18 @@ impl Accumulator {
             Reduce::Sum => self.total += x,
             Reduce::Max => self.total = self.total.max(x),
             Reduce::Min => self.total = self.total.min(x),
+        }
+    }
+
+    /// Folds in another rank's partial reduction.
+    fn merge(&mut self, total: f64, weight: f64) {
+        match self.reduce {
+            Reduce::Mean | Reduce::Sum => {
+                self.total += total;
+                self.weight += weight;
+            }
+            Reduce::Max => self.total = self.total.max(total),
+            Reduce::Min => self.total = self.total.min(total),
         }
     }
 
@@ -228,29 +265,46 @@ impl MetricCollector {
                 }
             }
             if on_epoch {
-                let start = match options.reduce {
-                    Reduce::Max => f64::NEG_INFINITY,
-                    Reduce::Min => f64::INFINITY,
-                    _ => 0.0,
-                };
                 self.epoch
                     .entry(epoch_name)
-                    .or_insert(Accumulator {
-                        total: start,
-                        weight: 0.0,
-                        reduce: options.reduce,
-                    })
+                    .or_insert(Accumulator::empty(options.reduce, options.sync_dist))
                     .add(x, options.batch_size.unwrap_or(1) as f64);
             }
         }
     }
 
-    /// The epoch's reduced values, clearing them for the next epoch.
-    pub fn take_epoch(&mut self) -> BTreeMap<String, f64> {
-        std::mem::take(&mut self.epoch)
+    /// The epoch's reduced values, clearing them for the next epoch. With a collective, the
+    /// values logged with `sync_dist` are reduced over every rank's partial reductions.
+    pub fn take_epoch(
+        &mut self,
+        collective: Option<&dyn Collective>,
+    ) -> anyhow::Result<BTreeMap<String, f64>> {
+        let mut epoch = std::mem::take(&mut self.epoch);
+        if let Some(collective) = collective {
+            let partial: Vec<(&String, f64, f64)> = epoch
+                .iter()
+                .filter(|(_, acc)| acc.sync)
+                .map(|(name, acc)| (name, acc.total, acc.weight))
+                .collect();
+            let gathered = collective.all_gather(&serde_json::to_vec(&partial)?)?;
+            let mut synced: BTreeMap<String, Accumulator> = BTreeMap::new();
+            for bytes in gathered {
+                let ranks: Vec<(String, f64, f64)> = serde_json::from_slice(&bytes)?;
+                for (name, total, weight) in ranks {
+                    if let Some(own) = epoch.get(&name) {
+                        synced
+                            .entry(name)
+                            .or_insert(Accumulator::empty(own.reduce, true))
+                            .merge(total, weight);
+                    }
+                }
+            }
+            epoch.extend(synced);
+        }
+        Ok(epoch
             .into_iter()
             .map(|(name, acc)| (name, acc.value()))
-            .collect()
+            .collect())
     }
 
     /// Drops everything collected (after a sanity check).
@@ -264,16 +318,7 @@ mod tests {
     use super::*;
 
     fn reduce(reduce: Reduce, values: &[(f64, f64)]) -> f64 {
-        let start = match reduce {
-            Reduce::Max => f64::NEG_INFINITY,
-            Reduce::Min => f64::INFINITY,
-            _ => 0.0,
-        };
-        let mut acc = Accumulator {
-            total: start,
-            weight: 0.0,
-            reduce,
-        };
+        let mut acc = Accumulator::empty(reduce, false);
         for &(x, w) in values {
             acc.add(x, w);
         }

@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod ddp;
 pub mod dtype;
 pub mod grads;
 pub mod log;
@@ -18,6 +19,7 @@ pub mod signals;
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,10 +38,12 @@ use crate::callbacks::{
 };
 use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::cli::Stage;
+use crate::collective::{Collective, ReduceOp};
 use crate::loggers::{Logger, Loggers};
 use crate::plan::Plan;
 use checkpoint::{Checkpoint, Progress, record_bytes};
-use data::{DataModule, Loader};
+use data::{DataModule, Loader, Shard};
+use ddp::Ddp;
 use log::{MetricCollector, StepLog};
 use module::{EvalModule, Optimizers, PredictModule, SchedulerInterval, TrainingModule};
 use options::{Limit, TrainerOptions};
@@ -88,6 +92,8 @@ pub struct Trainer<B: AutodiffBackend> {
     mixed: Option<FloatDType>,
     /// Dynamic loss scaling, under 16-mixed.
     scaler: Option<GradScaler>,
+    /// Data parallelism, when the run has more than one process.
+    ddp: Option<Ddp>,
 }
 
 fn no_stats<D>(_: &D) -> DeviceStats {
@@ -121,7 +127,54 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         trainer.device_stats = A::device_stats;
         trainer.is_global_zero = plan.global_rank == 0;
+        if plan.world_size > 1 {
+            let collective = crate::collective::current().with_context(|| {
+                format!(
+                    "the plan has {} processes but no collective is installed on this thread: run through ember's Cli with a \
+                     distributed engine, or join one (e.g. ember_mpi::MpiEngine) and call Trainer::with_collective",
+                    plan.world_size
+                )
+            })?;
+            trainer = trainer.with_collective(collective)?;
+        }
         Ok(trainer)
+    }
+
+    /// Makes this Trainer one rank of a data-parallel run over `collective`: it takes rank 0's
+    /// seed, trains on its shard of every epoch, starts from rank 0's weights, averages
+    /// gradients before each optimizer step, and writes logs and checkpoints only on rank 0.
+    pub fn with_collective(mut self, collective: Rc<dyn Collective>) -> anyhow::Result<Self> {
+        if collective.world_size() < 2 {
+            self.ddp = None;
+            return Ok(self);
+        }
+        let ddp = Ddp {
+            collective,
+            bucket_cap_bytes: (self.options.ddp_bucket_cap_mb * 1024.0 * 1024.0) as usize,
+        };
+        self.seed = ddp.broadcast_u64(self.seed)?;
+        B::seed(&self.device, self.seed);
+        self.is_global_zero = ddp.rank() == 0;
+        if !self.is_global_zero {
+            // One progress display per run, as Lightning's: rank 0's.
+            self.callbacks.retain(|c| c.name() != "ProgressBar");
+        }
+        self.ddp = Some(ddp);
+        Ok(self)
+    }
+
+    /// The run's collective, for user code that needs `barrier`, `broadcast`, `all_gather` or
+    /// a reduction (`None` in a one-process run).
+    pub fn collective(&self) -> Option<&dyn Collective> {
+        self.ddp.as_ref().map(|d| d.collective.as_ref())
+    }
+
+    /// The share of every epoch this process sees.
+    fn shard(&self) -> Shard {
+        self.ddp.as_ref().map_or(Shard::WHOLE, |d| Shard {
+            rank: d.rank(),
+            world: d.world_size(),
+        })
     }
 
     /// A Trainer on `device` with no accelerator behind it (no device stats, rank 0).
@@ -150,6 +203,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             device_stats: no_stats,
             mixed: None,
             scaler: None,
+            ddp: None,
             options,
         })
     }
@@ -240,7 +294,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         let train = data
             .train_loader()
             .context("fit needs training data: DataModule::train_loader returned None")?;
-        let val = data.val_loader();
+        let shard = self.shard();
+        let train = train.sharded(shard);
+        let val = data.val_loader().map(|v| v.sharded(shard));
         let mut run = self.start(Stage::Fit)?;
         let result = self.fit_loop(&mut run, model, data.batcher(), &train, val.as_ref());
         self.finish(run, result)
@@ -319,13 +375,15 @@ impl<B: AutodiffBackend> Trainer<B> {
             Stage::Test => (data.test_loader(), self.options.limit_test_batches),
             _ => (data.val_loader(), self.options.limit_val_batches),
         };
-        let loader = loader.with_context(|| {
-            format!(
-                "{} needs data: DataModule::{}_loader returned None",
-                stage.name(),
-                if stage == Stage::Test { "test" } else { "val" }
-            )
-        })?;
+        let loader = loader
+            .with_context(|| {
+                format!(
+                    "{} needs data: DataModule::{}_loader returned None",
+                    stage.name(),
+                    if stage == Stage::Test { "test" } else { "val" }
+                )
+            })?
+            .sharded(self.shard());
         let model = self.load_weights(model)?;
         let mut run = self.start(stage)?;
         let result = (|| {
@@ -466,7 +524,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 _ => c.on_validation_batch_end(x),
             })?;
         }
-        Ok(collector.take_epoch())
+        collector.take_epoch(self.collective())
     }
 
     /// The model validation runs on during `fit`: the inner module, in the compute type.
@@ -475,6 +533,26 @@ impl<B: AutodiffBackend> Trainer<B> {
             Some(low) => dtype::compute(model.valid(), low),
             None => model.valid(),
         }
+    }
+
+    /// The stop signal and early-stop decision every rank acts on: each rank's own in a
+    /// one-process run; under ddp, a stop anywhere stops all ranks at the same batch (a rank
+    /// that stopped alone would leave the others waiting in their next all-reduce).
+    fn agree_on_stop(
+        &self,
+        signal: Option<&'static str>,
+        should_stop: bool,
+    ) -> anyhow::Result<(Option<&'static str>, bool)> {
+        let Some(ddp) = &self.ddp else {
+            return Ok((signal, should_stop));
+        };
+        let code = signal.map_or(0, |s| {
+            1 + signals::NAMES.iter().position(|n| *n == s).unwrap_or(0)
+        });
+        let mut flags = [code as f64, f64::from(u8::from(should_stop))];
+        ddp.collective.all_reduce_f64(&mut flags, ReduceOp::Max)?;
+        let signal = (flags[0] > 0.0).then(|| signals::NAMES[flags[0] as usize - 1]);
+        Ok((signal, flags[1] > 0.0))
     }
 
     fn fit_loop<M, I, Bt>(
@@ -573,6 +651,9 @@ impl<B: AutodiffBackend> Trainer<B> {
                 h.global_step
             );
         }
+        if let Some(ddp) = &self.ddp {
+            model = ddp.broadcast_module(model)?;
+        }
         // Calls a hook with a checkpoint saver over the current model, optimizer and scheduler.
         macro_rules! fit_hook {
             ($hook:ident) => {
@@ -649,6 +730,9 @@ impl<B: AutodiffBackend> Trainer<B> {
                     };
                 }
                 if steps_now {
+                    if let Some(ddp) = &self.ddp {
+                        ddp.average_gradients::<B, M>(&model, &mut grads)?;
+                    }
                     let finite = match &mut self.scaler {
                         Some(scaler) => {
                             let finite = scaler.unscale::<B, M>(&model, &mut grads);
@@ -712,7 +796,10 @@ impl<B: AutodiffBackend> Trainer<B> {
                     run.publish(&metrics, true)?;
                     fit_hook!(on_validation_end)?;
                 }
-                if let Some(signal) = signals.received() {
+                let (signal, should_stop) =
+                    self.agree_on_stop(signals.received(), run.state.should_stop)?;
+                run.state.should_stop = should_stop;
+                if let Some(signal) = signal {
                     let dir = run
                         .state
                         .log_dir
@@ -723,22 +810,24 @@ impl<B: AutodiffBackend> Trainer<B> {
                         signal.to_ascii_lowercase(),
                         run.state.global_step
                     ));
-                    save_fit_checkpoint::<B, M, _, _>(
-                        run.checkpoint_io.as_ref(),
-                        &path,
-                        &run.state,
-                        &model,
-                        &optimizer,
-                        &scheduler,
-                        self.scaler.as_ref(),
-                    )?;
-                    run.checkpoint_io.wait()?;
-                    eprintln!(
-                        "received {signal}: stopped after step {}, checkpoint saved to {}; resume with --trainer.ckpt_path={}",
-                        run.state.global_step,
-                        path.display(),
-                        path.display()
-                    );
+                    if self.is_global_zero {
+                        save_fit_checkpoint::<B, M, _, _>(
+                            run.checkpoint_io.as_ref(),
+                            &path,
+                            &run.state,
+                            &model,
+                            &optimizer,
+                            &scheduler,
+                            self.scaler.as_ref(),
+                        )?;
+                        run.checkpoint_io.wait()?;
+                        eprintln!(
+                            "received {signal}: stopped after step {}, checkpoint saved to {}; resume with --trainer.ckpt_path={}",
+                            run.state.global_step,
+                            path.display(),
+                            path.display()
+                        );
+                    }
                     interrupted = Some(path);
                     break;
                 }
@@ -748,18 +837,22 @@ impl<B: AutodiffBackend> Trainer<B> {
                     break;
                 }
             }
-            let epoch_metrics = collector.take_epoch();
+            let epoch_metrics = collector.take_epoch(self.collective())?;
             run.publish(&epoch_metrics, false)?;
             if interval == SchedulerInterval::Epoch {
                 lr = scheduler.step();
             }
             fit_hook!(on_train_epoch_end)?;
+            run.state.should_stop = self.agree_on_stop(None, run.state.should_stop)?.1;
             run.loggers.save()?;
             stop = stop
                 || interrupted.is_some()
                 || max_steps.is_some_and(|m| run.state.global_step >= m)
                 || (run.state.should_stop && epoch + 1 >= o.min_epochs);
             epoch += 1;
+        }
+        if let Some(ddp) = &self.ddp {
+            ddp.check_replicas(&model)?;
         }
         fit_hook!(on_fit_end)?;
         let best_model_path = run.callbacks.iter().find_map(|c| c.best_model_path());

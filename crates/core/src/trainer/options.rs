@@ -12,7 +12,7 @@ use crate::error::{FlagError, PlanResult};
 use crate::flags::render;
 
 /// The loop options, with a line of help each (shown by `--help`).
-pub const OPTION_KEYS: [(&str, &str); 25] = [
+pub const OPTION_KEYS: [(&str, &str); 27] = [
     (
         "max_epochs",
         "stop after this many epochs [default: the app's, else 1000]",
@@ -112,6 +112,14 @@ pub const OPTION_KEYS: [(&str, &str); 25] = [
     (
         "checkpoint_io",
         "sync, or async (write checkpoints on a background thread) [default: sync]",
+    ),
+    (
+        "ddp_bucket_cap_mb",
+        "ddp: megabytes of gradients per all-reduce [default: 25]",
+    ),
+    (
+        "ddp_timeout",
+        "ddp: seconds a collective may wait for the other ranks before the run fails [default: 1800]",
     ),
 ];
 
@@ -238,6 +246,10 @@ pub struct TrainerOptions {
     pub ckpt_path: Option<PathBuf>,
     /// Write checkpoints on a background thread.
     pub async_checkpointing: bool,
+    /// Megabytes of gradients per all-reduce under ddp.
+    pub ddp_bucket_cap_mb: f64,
+    /// Seconds a collective may wait for the other ranks under ddp.
+    pub ddp_timeout: f64,
 }
 
 impl Default for TrainerOptions {
@@ -268,6 +280,8 @@ impl Default for TrainerOptions {
             callbacks: Vec::new(),
             ckpt_path: None,
             async_checkpointing: false,
+            ddp_bucket_cap_mb: 25.0,
+            ddp_timeout: 1800.0,
         }
     }
 }
@@ -403,6 +417,16 @@ impl TrainerOptions {
                     _ => return Err(err("sync or async")),
                 }
             }
+            "ddp_bucket_cap_mb" => {
+                self.ddp_bucket_cap_mb = number(value)
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| err("a number of megabytes > 0"))?
+            }
+            "ddp_timeout" => {
+                self.ddp_timeout = number(value)
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| err("a number of seconds > 0"))?
+            }
             _ => return Err(err("not a trainer loop option")),
         }
         Ok(())
@@ -444,6 +468,8 @@ impl TrainerOptions {
             "callbacks": callbacks,
             "ckpt_path": self.ckpt_path.as_ref().map(|p| p.display().to_string()),
             "checkpoint_io": if self.async_checkpointing { "async" } else { "sync" },
+            "ddp_bucket_cap_mb": self.ddp_bucket_cap_mb,
+            "ddp_timeout": self.ddp_timeout,
         });
         match value {
             Value::Object(map) => map,

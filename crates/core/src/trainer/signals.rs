@@ -51,6 +51,9 @@ fn flags() -> anyhow::Result<&'static Flags> {
         .map_err(|e| anyhow::anyhow!("cannot install the stop-signal handlers: {e}"))
 }
 
+/// The names [`StopSignals::received`] returns.
+pub const NAMES: [&str; 3] = ["SIGINT", "SIGTERM", "SIGUSR1"];
+
 /// Watches for stop signals while it lives (during `fit`).
 pub struct StopSignals {
     flags: &'static Flags,
@@ -69,9 +72,9 @@ impl StopSignals {
     /// The name of the stop signal received, if one was.
     pub fn received(&self) -> Option<&'static str> {
         match i32::try_from(self.flags.received.load(Ordering::Relaxed)).ok()? {
-            SIGINT => Some("SIGINT"),
-            SIGTERM => Some("SIGTERM"),
-            SIGUSR1 => Some("SIGUSR1"),
+            SIGINT => Some(NAMES[0]),
+            SIGTERM => Some(NAMES[1]),
+            SIGUSR1 => Some(NAMES[2]),
             _ => None,
         }
     }

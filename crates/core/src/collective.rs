@@ -1,0 +1,134 @@
+//! Collectives: what crosses between the processes of a distributed run.
+//!
+//! ember-core defines the [`Collective`] trait and the [`Engine`] that starts processes and
+//! joins them; a crate with a real transport implements both (`ember-mpi`: OpenMPI through the
+//! `mpi` crate). Buffers are host slices: the Trainer moves gradients to the host in buckets,
+//! reduces them and moves them back (see `docs/distributed.md`).
+//!
+//! The collective of the running process is installed per thread ([`install`]); the CLI installs
+//! the engine's before it runs a job with more than one process, and [`Trainer::new`] picks it
+//! up, so a model's code never handles it.
+//!
+//! [`Trainer::new`]: crate::Trainer::new
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::plan::Plan;
+
+/// How [`Collective::all_reduce_f32`] and friends combine the ranks' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Element-wise sum.
+    Sum,
+    /// Element-wise maximum.
+    Max,
+    /// Element-wise minimum.
+    Min,
+}
+
+/// The operations ranks perform together. Every rank must call the same operations in the
+/// same order with buffers of the same length; a call blocks until all ranks made it.
+///
+/// Implementations fail loudly rather than hang: a collective that waits past the run's
+/// timeout ends the whole run with a message naming the operation and the rank.
+pub trait Collective {
+    /// This process's rank, `0..world_size`.
+    fn rank(&self) -> usize;
+
+    /// Processes in the run.
+    fn world_size(&self) -> usize;
+
+    /// Waits until every rank reaches the barrier.
+    fn barrier(&self) -> anyhow::Result<()>;
+
+    /// Combines `buf` element-wise across ranks; every rank gets the result.
+    fn all_reduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> anyhow::Result<()>;
+
+    /// Combines `buf` element-wise across ranks; every rank gets the result.
+    fn all_reduce_f64(&self, buf: &mut [f64], op: ReduceOp) -> anyhow::Result<()>;
+
+    /// Replaces `buf` on every rank with rank `root`'s bytes (lengths may differ before).
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()>;
+
+    /// Every rank's bytes, in rank order (lengths may differ between ranks).
+    fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>>;
+
+    /// Ends every process of the run with `code` (after this rank failed): no rank is left
+    /// waiting in a collective for this one.
+    fn abort(&self, code: i32) -> !;
+}
+
+/// The collective of a one-process run: every operation is the identity.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleProcess;
+
+impl Collective for SingleProcess {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn world_size(&self) -> usize {
+        1
+    }
+    fn barrier(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn all_reduce_f32(&self, _: &mut [f32], _: ReduceOp) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn all_reduce_f64(&self, _: &mut [f64], _: ReduceOp) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn broadcast(&self, _: &mut Vec<u8>, _: usize) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
+        Ok(vec![bytes.to_vec()])
+    }
+    fn abort(&self, code: i32) -> ! {
+        std::process::exit(code)
+    }
+}
+
+/// A distributed engine: starts the processes of a local run and joins a process to its run.
+pub trait Engine {
+    /// Name shown in messages (`mpi`).
+    fn name(&self) -> &'static str;
+
+    /// Starts `plan`'s processes on this node — this program with `args` (without the program
+    /// name) once per device — waits for all of them and returns the exit code for this
+    /// process: 0 when every rank succeeded. Called only when no cluster environment started
+    /// the ranks ([`Plan::launcher`]).
+    fn launch(&self, plan: &Plan, args: &[String]) -> anyhow::Result<i32>;
+
+    /// Joins this process to its run (`plan.world_size` ranks); the world must agree with the
+    /// plan's ranks. A collective that waits longer than `timeout` for the other ranks ends
+    /// the run.
+    fn join(&self, plan: &Plan, timeout: Duration) -> anyhow::Result<Rc<dyn Collective>>;
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<dyn Collective>>> = const { RefCell::new(None) };
+}
+
+/// Makes `collective` this thread's collective until the guard is dropped.
+pub fn install(collective: Rc<dyn Collective>) -> Installed {
+    CURRENT.with(|c| *c.borrow_mut() = Some(collective));
+    Installed(())
+}
+
+/// The collective installed on this thread, if any.
+pub fn current() -> Option<Rc<dyn Collective>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Keeps a collective installed; uninstalls it when dropped.
+#[must_use = "the collective is uninstalled when this guard is dropped"]
+pub struct Installed(());
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.borrow_mut().take());
+    }
+}

@@ -1,0 +1,253 @@
+//! Distributed data parallel inside the loops: every rank holds a replica, starts from rank 0's
+//! weights, trains on its own shard of each epoch, and averages gradients with the other ranks
+//! before the optimizer step, so the replicas stay bitwise equal.
+//!
+//! Gradients travel through host buffers in buckets of at most `bucket_cap_mb` (one
+//! all-reduce per bucket). burn runs the whole backward pass in one call, so the reduction
+//! starts when backward ends instead of overlapping it as torch's DDP does.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Tensor, TensorData};
+
+use crate::collective::{Collective, ReduceOp};
+
+/// The data-parallel side of a Trainer: the collective and the bucket size.
+#[derive(Clone)]
+pub struct Ddp {
+    /// The run's collective.
+    pub collective: Rc<dyn Collective>,
+    /// Bytes per gradient bucket.
+    pub bucket_cap_bytes: usize,
+}
+
+impl Ddp {
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.collective.rank()
+    }
+
+    /// Processes in the run.
+    pub fn world_size(&self) -> usize {
+        self.collective.world_size()
+    }
+
+    /// Rank 0's value of `x` on every rank.
+    pub fn broadcast_u64(&self, x: u64) -> anyhow::Result<u64> {
+        let mut bytes = x.to_le_bytes().to_vec();
+        self.collective.broadcast(&mut bytes, 0)?;
+        let bytes: [u8; 8] = bytes
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("rank 0 broadcast a value that is not 8 bytes"))?;
+        Ok(u64::from_le_bytes(bytes))
+    }
+
+    /// Replaces every float parameter of `model` with rank 0's.
+    pub fn broadcast_module<B: Backend, M: Module<B>>(&self, model: M) -> anyhow::Result<M> {
+        let mut gather = GatherParams::default();
+        model.visit(&mut gather);
+        let own_len = gather.bytes.len();
+        let mut bytes = gather.bytes;
+        self.collective.broadcast(&mut bytes, 0)?;
+        if bytes.len() != own_len {
+            anyhow::bail!(
+                "rank {}'s model has {own_len} bytes of float parameters but rank 0's has {}: every rank must build the same model",
+                self.rank(),
+                bytes.len()
+            );
+        }
+        Ok(model.map(&mut ScatterParams { bytes, offset: 0 }))
+    }
+
+    /// Fails unless every rank's float parameters are bitwise equal to rank 0's (compared by a
+    /// CRC-64 of their bytes; run once at the end of `fit`).
+    pub fn check_replicas<B: Backend, M: Module<B>>(&self, model: &M) -> anyhow::Result<()> {
+        let mut gather = GatherParams::default();
+        model.visit(&mut gather);
+        let digest = crc::Crc::<u64>::new(&crc::CRC_64_ECMA_182).checksum(&gather.bytes);
+        let digests = self.collective.all_gather(&digest.to_le_bytes())?;
+        let differ: Vec<usize> = (1..digests.len())
+            .filter(|&r| digests[r] != digests[0])
+            .collect();
+        if !differ.is_empty() {
+            anyhow::bail!(
+                "the replicas diverged: the weights of rank(s) {differ:?} differ from rank 0's after fit"
+            );
+        }
+        Ok(())
+    }
+
+    /// Averages `grads` over the ranks, bucket by bucket (f64 gradients in f64, every other
+    /// float type in f32).
+    pub fn average_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        model: &M,
+        grads: &mut GradientsParams,
+    ) -> anyhow::Result<()> {
+        let mut take = TakeGrads::<B> {
+            grads,
+            taken: Vec::new(),
+            device: None,
+        };
+        model.visit(&mut take);
+        let (Some(device), mut taken) = (take.device, take.taken) else {
+            return Ok(());
+        };
+        let world = self.world_size();
+        let wide: Vec<usize> = (0..taken.len())
+            .filter(|&i| taken[i].1.dtype == DType::F64)
+            .collect();
+        let narrow: Vec<usize> = (0..taken.len())
+            .filter(|&i| taken[i].1.dtype != DType::F64)
+            .collect();
+        for bucket in buckets(&narrow, &taken, 4, self.bucket_cap_bytes) {
+            let mut flat: Vec<f32> = Vec::new();
+            for &i in &bucket {
+                flat.extend(
+                    taken[i]
+                        .1
+                        .clone()
+                        .convert_dtype(DType::F32)
+                        .into_vec::<f32>()?,
+                );
+            }
+            self.collective.all_reduce_f32(&mut flat, ReduceOp::Sum)?;
+            let n = world as f32;
+            flat.iter_mut().for_each(|x| *x /= n);
+            scatter(&bucket, &mut taken, flat)?;
+        }
+        for bucket in buckets(&wide, &taken, 8, self.bucket_cap_bytes) {
+            let mut flat: Vec<f64> = Vec::new();
+            for &i in &bucket {
+                flat.extend(taken[i].1.to_vec::<f64>()?);
+            }
+            self.collective.all_reduce_f64(&mut flat, ReduceOp::Sum)?;
+            let n = world as f64;
+            flat.iter_mut().for_each(|x| *x /= n);
+            scatter(&bucket, &mut taken, flat)?;
+        }
+        model.visit(&mut PutGrads::<B> {
+            grads,
+            data: taken.into_iter().collect(),
+            device,
+        });
+        Ok(())
+    }
+}
+
+/// Consecutive runs of `indices` whose gradients fit in `cap` bytes (a larger gradient gets a
+/// bucket of its own).
+fn buckets(
+    indices: &[usize],
+    taken: &[(ParamId, TensorData)],
+    elem_bytes: usize,
+    cap: usize,
+) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut size = 0;
+    for &i in indices {
+        let bytes = taken[i].1.num_elements() * elem_bytes;
+        match out.last_mut() {
+            Some(last) if size + bytes <= cap => {
+                last.push(i);
+                size += bytes;
+            }
+            _ => {
+                out.push(vec![i]);
+                size = bytes;
+            }
+        }
+    }
+    out
+}
+
+/// Puts a reduced bucket back into the gradients it came from, in their own dtypes.
+fn scatter<E: burn::tensor::Element>(
+    bucket: &[usize],
+    taken: &mut [(ParamId, TensorData)],
+    flat: Vec<E>,
+) -> anyhow::Result<()> {
+    let mut offset = 0;
+    for &i in bucket {
+        let data = &mut taken[i].1;
+        let n = data.num_elements();
+        let dtype = data.dtype;
+        *data = TensorData::new(flat[offset..offset + n].to_vec(), data.shape.clone())
+            .convert_dtype(dtype);
+        offset += n;
+    }
+    Ok(())
+}
+
+/// Removes every float gradient of a model, in visit order, as host data.
+struct TakeGrads<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    taken: Vec<(ParamId, TensorData)>,
+    device: Option<burn::tensor::Device<B::InnerBackend>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for TakeGrads<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            self.device.get_or_insert_with(|| g.device());
+            self.taken.push((param.id, g.into_data()));
+        }
+    }
+}
+
+/// Registers reduced gradients again.
+struct PutGrads<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    data: HashMap<ParamId, TensorData>,
+    device: burn::tensor::Device<B::InnerBackend>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for PutGrads<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(data) = self.data.remove(&param.id) {
+            let dtype = data.dtype;
+            let g = Tensor::<B::InnerBackend, D>::from_data(data, (&self.device, dtype));
+            self.grads.register(param.id, g);
+        }
+    }
+}
+
+/// Every float parameter's bytes, concatenated in visit order.
+#[derive(Default)]
+struct GatherParams {
+    bytes: Vec<u8>,
+}
+
+impl<B: Backend> ModuleVisitor<B> for GatherParams {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.bytes
+            .extend_from_slice(param.val().into_data().as_bytes());
+    }
+}
+
+/// Replaces every float parameter with the next bytes of a [`GatherParams`] buffer.
+struct ScatterParams {
+    bytes: Vec<u8>,
+    offset: usize,
+}
+
+impl<B: Backend> ModuleMapper<B> for ScatterParams {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        param.map(|t| {
+            let (shape, dtype, device) = (t.shape(), t.dtype(), t.device());
+            let len = shape.num_elements() * dtype.size();
+            let bytes = self.bytes[self.offset..self.offset + len].to_vec();
+            self.offset += len;
+            let require_grad = t.is_require_grad();
+            Tensor::from_data(
+                TensorData::from_bytes_vec(bytes, shape, dtype),
+                (&device, dtype),
+            )
+            .set_require_grad(require_grad)
+        })
+    }
+}

@@ -1,0 +1,171 @@
+//! [`Collective`] over MPI's world communicator, with a watchdog that ends a stuck run.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use ember_core::Plan;
+use ember_core::collective::{Collective, ReduceOp};
+use mpi::collective::SystemOperation;
+use mpi::datatype::PartitionMut;
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+/// The collective operation in progress and when it started.
+type InFlight = Arc<Mutex<Option<(&'static str, Instant)>>>;
+
+/// MPI's world communicator as a [`Collective`]. Dropping it finalises MPI.
+pub struct MpiCollective {
+    world: SimpleCommunicator,
+    in_flight: InFlight,
+    // Declared last: finalises MPI after the communicator is gone.
+    _universe: Universe,
+}
+
+impl MpiCollective {
+    /// Initialises MPI and checks that its world is the plan's.
+    pub fn join(plan: &Plan, timeout: Duration) -> anyhow::Result<Self> {
+        let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+            .context("MPI is already initialised in this process")?;
+        let world = universe.world();
+        let (size, rank) = (world.size() as usize, world.rank() as usize);
+        if size != plan.world_size || rank != plan.global_rank {
+            bail!(
+                "the plan makes this process rank {} of {} ({} environment), but MPI sees rank {rank} of {size}: \
+                 ember's MPI engine needs ranks started by mpirun, srun (PMIx) or ember's own launcher \
+                 (--trainer.devices=N with no cluster environment); processes started one by one \
+                 (torchrun, hand-set LOCAL_RANK) cannot form an MPI world",
+                plan.global_rank,
+                plan.world_size,
+                plan.cluster_environment
+            );
+        }
+        let in_flight: InFlight = Arc::default();
+        spawn_watchdog(Arc::clone(&in_flight), rank, timeout);
+        Ok(Self {
+            world,
+            in_flight,
+            _universe: universe,
+        })
+    }
+
+    /// Runs one collective under the watchdog.
+    fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
+        *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some((op, Instant::now()));
+        let out = f();
+        *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        out
+    }
+}
+
+/// Ends the run when a collective has waited longer than `timeout`.
+fn spawn_watchdog(in_flight: InFlight, rank: usize, timeout: Duration) {
+    let tick = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    std::thread::Builder::new()
+        .name("ember-mpi-watchdog".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(tick);
+                let stuck = *in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((op, since)) = stuck
+                    && since.elapsed() > timeout
+                {
+                    eprintln!(
+                        "error: rank {rank}: collective {op} waited {:.1} s for the other ranks \
+                         (--trainer.ddp_timeout={} s); ending the run",
+                        since.elapsed().as_secs_f64(),
+                        timeout.as_secs_f64()
+                    );
+                    // SAFETY: MPI_Abort may be called from any thread once MPI is initialised;
+                    // it ends every process of the world and does not return.
+                    unsafe {
+                        mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 1);
+                    }
+                    std::process::exit(1);
+                }
+            }
+        })
+        .expect("the watchdog thread starts");
+}
+
+fn operation(op: ReduceOp) -> SystemOperation {
+    match op {
+        ReduceOp::Sum => SystemOperation::sum(),
+        ReduceOp::Max => SystemOperation::max(),
+        ReduceOp::Min => SystemOperation::min(),
+    }
+}
+
+impl Collective for MpiCollective {
+    fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    fn world_size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    fn barrier(&self) -> anyhow::Result<()> {
+        self.timed("barrier", || self.world.barrier());
+        Ok(())
+    }
+
+    fn all_reduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> anyhow::Result<()> {
+        let send = buf.to_vec();
+        self.timed("all_reduce", || {
+            self.world.all_reduce_into(&send[..], buf, operation(op))
+        });
+        Ok(())
+    }
+
+    fn all_reduce_f64(&self, buf: &mut [f64], op: ReduceOp) -> anyhow::Result<()> {
+        let send = buf.to_vec();
+        self.timed("all_reduce", || {
+            self.world.all_reduce_into(&send[..], buf, operation(op))
+        });
+        Ok(())
+    }
+
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()> {
+        let root = self.world.process_at_rank(root as i32);
+        let mut len = buf.len() as u64;
+        self.timed("broadcast", || root.broadcast_into(&mut len));
+        buf.resize(usize::try_from(len)?, 0);
+        self.timed("broadcast", || root.broadcast_into(&mut buf[..]));
+        Ok(())
+    }
+
+    fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
+        let world = self.world_size();
+        let mut counts = vec![0i32; world];
+        let own = i32::try_from(bytes.len()).context("all_gather takes at most 2 GiB per rank")?;
+        self.timed("all_gather", || {
+            self.world.all_gather_into(&own, &mut counts[..])
+        });
+        let displs: Vec<i32> = counts
+            .iter()
+            .scan(0i32, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect();
+        let mut all = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
+        {
+            let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            self.timed("all_gather", || {
+                self.world.all_gather_varcount_into(bytes, &mut partition)
+            });
+        }
+        Ok(counts
+            .iter()
+            .zip(&displs)
+            .map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec())
+            .collect())
+    }
+
+    fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
+}

@@ -1,0 +1,38 @@
+//! ember-mpi: the distributed engine on OpenMPI (through the `mpi` crate).
+//!
+//! - [`MpiEngine::launch`] is the local launcher: `--trainer.devices=N` with no cluster
+//!   environment re-executes this program under `mpirun -np N` on this machine and waits.
+//! - [`MpiEngine::join`] initialises MPI in a process that `mpirun`, `srun` (with PMIx) or the
+//!   local launcher started and returns its [`MpiCollective`].
+//!
+//! See `docs/distributed.md`.
+
+mod collective;
+mod launcher;
+
+pub use collective::MpiCollective;
+pub use launcher::mpirun_command;
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use ember_core::Plan;
+use ember_core::collective::{Collective, Engine};
+
+/// OpenMPI as ember's distributed engine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MpiEngine;
+
+impl Engine for MpiEngine {
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn launch(&self, plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
+        launcher::launch(plan, args)
+    }
+
+    fn join(&self, plan: &Plan, timeout: Duration) -> anyhow::Result<Rc<dyn Collective>> {
+        Ok(Rc::new(MpiCollective::join(plan, timeout)?))
+    }
+}
