@@ -19,6 +19,7 @@ cargo xtask <task>
   bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
   bench overhead [ROUNDS]       the Trainer vs a hand-written burn loop (digits, cpu)
   bench precision [ROUNDS]      steps/s of digits at each precision the cpu runs
+  bench ddp [ROUNDS]            samples/s of 1 and 2 ddp ranks (wide MLP, cpu, OpenMPI)
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
   lint               fmt --check, clippy -D warnings (all targets, all features)
@@ -197,14 +198,14 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
-            Some(&name @ ("overhead" | "precision")) => {
+            Some(&name @ ("overhead" | "precision" | "ddp")) => {
                 let mut cargo = vec!["bench", "-p", "digits", "--bench", name, "--"];
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp"
                 );
                 false
             }

@@ -280,12 +280,9 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-#[test]
-fn killing_one_rank_ends_the_run_with_a_message_naming_it() {
-    if !mpirun_available() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+/// A 2-rank digits run under the local launcher that trains until stopped, once both ranks
+/// train: the launcher and the ranks' pids by rank.
+fn start_long_run(dir: &Path, extra: &[&str]) -> (std::process::Child, Vec<(usize, u32)>) {
     let mut launcher = Command::new(env!("CARGO_BIN_EXE_digits"))
         .args([
             "fit",
@@ -294,49 +291,143 @@ fn killing_one_rank_ends_the_run_with_a_message_naming_it() {
             "--trainer.enable_progress_bar=false",
             "--trainer.enable_checkpointing=false",
         ])
-        .current_dir(dir.path())
+        .args(extra)
+        .current_dir(dir)
         .env("EMBER_INVENTORY", "")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until both ranks train (rank 0 has written its first metrics).
+    // Both ranks train once rank 0 has written its first metrics.
     let started = Instant::now();
-    let metrics = dir.path().join("lightning_logs/version_0/metrics.csv");
-    let ranks = loop {
+    let metrics = dir.join("lightning_logs/version_0/metrics.csv");
+    loop {
         let ranks = ranks_of(launcher.id());
         if ranks.len() == 2 && metrics.exists() {
-            break ranks;
+            return (launcher, ranks);
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the ranks did not start: {ranks:?}"
-        );
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = launcher.kill();
+            panic!("the ranks did not start: {ranks:?}");
+        }
         std::thread::sleep(Duration::from_millis(100));
-    };
-    let (victim, survivor) = (ranks[1].1, ranks[0].1);
-    let killed = Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let killed_at = Instant::now();
+    }
+}
+
+/// Waits at most 30 s for the launcher; returns its status and stderr.
+fn wait_30s(mut launcher: std::process::Child, what: &str) -> (std::process::ExitStatus, String) {
+    let since = Instant::now();
     let status = loop {
         if let Some(status) = launcher.try_wait().unwrap() {
             break status;
         }
-        if killed_at.elapsed() > Duration::from_secs(30) {
+        if since.elapsed() > Duration::from_secs(30) {
             let _ = launcher.kill();
-            panic!("the launcher was still running 30 s after rank 1 was killed");
+            panic!("the launcher was still running 30 s after {what}");
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(!status.success(), "the launcher exited {status}");
-    assert!(!alive(survivor), "rank 0 outlived the run");
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
+
+fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+#[test]
+fn killing_one_rank_ends_the_run_with_a_message_naming_it() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (launcher, ranks) = start_long_run(dir.path(), &[]);
+    signal(ranks[1].1, "-KILL");
+    let (status, stderr) = wait_30s(launcher, "rank 1 was killed");
+    assert!(!status.success(), "the launcher exited {status}");
+    assert!(!alive(ranks[0].1), "rank 0 outlived the run");
     assert!(
         stderr.contains("rank 1"),
         "no message names rank 1: {stderr}"
     );
+}
+
+#[test]
+fn a_collective_that_waits_past_the_timeout_ends_the_run() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (launcher, ranks) = start_long_run(dir.path(), &["--trainer.ddp_timeout=2"]);
+    // Rank 1 stops answering without dying: rank 0 waits in its next all-reduce.
+    signal(ranks[1].1, "-STOP");
+    let (status, stderr) = wait_30s(launcher, "rank 1 was stopped");
+    assert!(!status.success(), "the launcher exited {status}");
+    assert!(!alive(ranks[1].1), "the stopped rank outlived the run");
+    assert!(
+        stderr.contains("rank 0: collective") && stderr.contains("--trainer.ddp_timeout=2"),
+        "no timeout message: {stderr}"
+    );
+}
+
+/// Runs digits as 2 nodes × 1 rank in two network namespaces joined by a veth pair
+/// (`scripts/test-multinode.sh`); `None` (skipped) where namespaces cannot be made.
+fn two_nodes(dir: &Path, args: &[&str]) -> Option<Output> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-multinode.sh");
+    let out = Command::new(script)
+        .arg(env!("CARGO_BIN_EXE_digits"))
+        .args(["fit", "--trainer.devices=1", "--trainer.num_nodes=2"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    if out.status.code() == Some(77) {
+        eprintln!("{}", text(&out.stderr).trim());
+        return None;
+    }
+    Some(out)
+}
+
+#[test]
+fn two_nodes_in_network_namespaces_train_over_tcp() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(out) = two_nodes(dir.path(), &["--print-plan"]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut nodes: Vec<(u64, u64)> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let plan: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(plan["cluster_environment"], "mpi");
+            assert_eq!(plan["world_size"], 2);
+            (
+                plan["global_rank"].as_u64().unwrap(),
+                plan["node_rank"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, [(0, 0), (1, 1)], "one rank on each node");
+
+    // The Trainer ends fit by checking that both replicas hold bitwise the same weights.
+    let out = two_nodes(
+        dir.path(),
+        &[
+            "--trainer.max_epochs=3",
+            "--trainer.enable_progress_bar=false",
+        ],
+    )
+    .expect("the namespaces were made a moment ago");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.matches("trained 36 steps").count(), 1, "{stdout}");
 }

@@ -107,13 +107,11 @@ impl Ddp {
         for bucket in buckets(&narrow, &taken, 4, self.bucket_cap_bytes) {
             let mut flat: Vec<f32> = Vec::new();
             for &i in &bucket {
-                flat.extend(
-                    taken[i]
-                        .1
-                        .clone()
-                        .convert_dtype(DType::F32)
-                        .into_vec::<f32>()?,
-                );
+                let data = &taken[i].1;
+                match data.as_slice::<f32>() {
+                    Ok(values) => flat.extend_from_slice(values),
+                    Err(_) => flat.extend(data.clone().convert_dtype(DType::F32).iter::<f32>()),
+                }
             }
             self.collective.all_reduce_f32(&mut flat, ReduceOp::Sum)?;
             let n = world as f32;
@@ -123,7 +121,7 @@ impl Ddp {
         for bucket in buckets(&wide, &taken, 8, self.bucket_cap_bytes) {
             let mut flat: Vec<f64> = Vec::new();
             for &i in &bucket {
-                flat.extend(taken[i].1.to_vec::<f64>()?);
+                flat.extend_from_slice(taken[i].1.as_slice::<f64>()?);
             }
             self.collective.all_reduce_f64(&mut flat, ReduceOp::Sum)?;
             let n = world as f64;

@@ -334,4 +334,66 @@ mod tests {
         assert_eq!(reduce(Reduce::Min, &values), 0.0);
         assert!(reduce(Reduce::Mean, &[]).is_nan());
     }
+
+    /// Rank 0 of a two-rank run whose rank 1 sent `other`'s partial reductions.
+    struct TwoRanks {
+        other: Vec<u8>,
+    }
+
+    impl Collective for TwoRanks {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn world_size(&self) -> usize {
+            2
+        }
+        fn barrier(&self) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn all_reduce_f32(
+            &self,
+            _: &mut [f32],
+            _: crate::collective::ReduceOp,
+        ) -> anyhow::Result<()> {
+            unimplemented!("not used by metric sync")
+        }
+        fn all_reduce_f64(
+            &self,
+            _: &mut [f64],
+            _: crate::collective::ReduceOp,
+        ) -> anyhow::Result<()> {
+            unimplemented!("not used by metric sync")
+        }
+        fn broadcast(&self, _: &mut Vec<u8>, _: usize) -> anyhow::Result<()> {
+            unimplemented!("not used by metric sync")
+        }
+        fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
+            Ok(vec![bytes.to_vec(), self.other.clone()])
+        }
+        fn abort(&self, code: i32) -> ! {
+            std::process::exit(code)
+        }
+    }
+
+    #[test]
+    fn sync_dist_reduces_over_every_rank_and_leaves_the_rest_alone() {
+        let mut collector = MetricCollector::default();
+        let mut put = |name: &str, reduce, sync, values: &[(f64, f64)]| {
+            let mut acc = Accumulator::empty(reduce, sync);
+            for &(x, w) in values {
+                acc.add(x, w);
+            }
+            collector.epoch.insert(name.to_owned(), acc);
+        };
+        put("val_acc", Reduce::Mean, true, &[(1.0, 3.0)]);
+        put("val_max", Reduce::Max, true, &[(2.0, 1.0)]);
+        put("own", Reduce::Mean, false, &[(7.0, 1.0)]);
+        // Rank 1: val_acc 0.5 over 2 samples, val_max 5.
+        let other = serde_json::to_vec(&[("val_acc", 1.0, 2.0), ("val_max", 5.0, 0.0)]).unwrap();
+        let epoch = collector.take_epoch(Some(&TwoRanks { other })).unwrap();
+        assert_eq!(epoch["val_acc"], 4.0 / 5.0);
+        assert_eq!(epoch["val_max"], 5.0);
+        assert_eq!(epoch["own"], 7.0);
+        assert!(collector.take_epoch(None).unwrap().is_empty());
+    }
 }
