@@ -282,6 +282,8 @@ fn alive(pid: u32) -> bool {
 
 /// A 2-rank digits run under the local launcher that trains until stopped, once both ranks
 /// train: the launcher and the ranks' pids by rank.
+// The child is returned to the caller, which waits for it (`wait_30s`); clippy cannot see that.
+#[allow(clippy::zombie_processes)]
 fn start_long_run(dir: &Path, extra: &[&str]) -> (std::process::Child, Vec<(usize, u32)>) {
     let mut launcher = Command::new(env!("CARGO_BIN_EXE_digits"))
         .args([
@@ -308,6 +310,7 @@ fn start_long_run(dir: &Path, extra: &[&str]) -> (std::process::Child, Vec<(usiz
         }
         if started.elapsed() > Duration::from_secs(60) {
             let _ = launcher.kill();
+            let _ = launcher.wait();
             panic!("the ranks did not start: {ranks:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -323,6 +326,7 @@ fn wait_30s(mut launcher: std::process::Child, what: &str) -> (std::process::Exi
         }
         if since.elapsed() > Duration::from_secs(30) {
             let _ = launcher.kill();
+            let _ = launcher.wait();
             panic!("the launcher was still running 30 s after {what}");
         }
         std::thread::sleep(Duration::from_millis(100));
