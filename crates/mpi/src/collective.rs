@@ -1,5 +1,6 @@
 //! [`Collective`] over MPI's world communicator, with a watchdog that ends a stuck run.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,9 @@ type InFlight = Arc<Mutex<Option<(&'static str, Instant)>>>;
 pub struct MpiCollective {
     world: SimpleCommunicator,
     in_flight: InFlight,
+    /// Reused send buffers (rsmpi has no in-place all-reduce).
+    send_f32: RefCell<Vec<f32>>,
+    send_f64: RefCell<Vec<f64>>,
     // Declared last: finalises MPI after the communicator is gone.
     _universe: Universe,
 }
@@ -46,6 +50,8 @@ impl MpiCollective {
         Ok(Self {
             world,
             in_flight,
+            send_f32: RefCell::default(),
+            send_f64: RefCell::default(),
             _universe: universe,
         })
     }
@@ -112,7 +118,9 @@ impl Collective for MpiCollective {
     }
 
     fn all_reduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> anyhow::Result<()> {
-        let send = buf.to_vec();
+        let mut send = self.send_f32.borrow_mut();
+        send.clear();
+        send.extend_from_slice(buf);
         self.timed("all_reduce", || {
             self.world.all_reduce_into(&send[..], buf, operation(op))
         });
@@ -120,7 +128,9 @@ impl Collective for MpiCollective {
     }
 
     fn all_reduce_f64(&self, buf: &mut [f64], op: ReduceOp) -> anyhow::Result<()> {
-        let send = buf.to_vec();
+        let mut send = self.send_f64.borrow_mut();
+        send.clear();
+        send.extend_from_slice(buf);
         self.timed("all_reduce", || {
             self.world.all_reduce_into(&send[..], buf, operation(op))
         });

@@ -1,8 +1,9 @@
 //! Data-parallel scaling on this machine: samples/s of 1 and 2 ddp ranks.
 //!
 //! `cargo xtask bench ddp [ROUNDS]`. The model is the digits MLP made wide (64-2048-2048-10,
-//! 4.3 M parameters) with 256 samples per rank per step, so a step is compute-bound: about
-//! 6.7 GFLOP against 17 MB of gradients to average. Every rank computes on one core
+//! 4.3 M parameters) with 512 samples per rank per step, so a step is compute-bound: about
+//! 13 GFLOP against 17 MB of gradients to average (the ratio of the two is set by the batch:
+//! both grow with the width). Every rank computes on one core
 //! (`RAYON_NUM_THREADS=1`): the figure is how ddp scales with ranks, not how burn's kernels
 //! scale with threads (one rank on two threads is printed beside it for reference). Each
 //! measurement is a run of the digits binary (the 2-rank one through ember's mpirun
@@ -12,9 +13,10 @@
 
 use std::process::Command;
 
-const BATCH: usize = 256;
-const STEPS_PER_EPOCH: usize = 2;
-const EPOCHS: usize = 8;
+const BATCH: usize = 512;
+// The digits training split (1437 images) gives each of 2 ranks one full batch of 512.
+const STEPS_PER_EPOCH: usize = 1;
+const EPOCHS: usize = 16;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

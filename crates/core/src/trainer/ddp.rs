@@ -6,6 +6,7 @@
 //! all-reduce per bucket). burn runs the whole backward pass in one call, so the reduction
 //! starts when backward ends instead of overlapping it as torch's DDP does.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -23,9 +24,22 @@ pub struct Ddp {
     pub collective: Rc<dyn Collective>,
     /// Bytes per gradient bucket.
     pub bucket_cap_bytes: usize,
+    /// Host buffers reused by every step's buckets.
+    scratch_f32: RefCell<Vec<f32>>,
+    scratch_f64: RefCell<Vec<f64>>,
 }
 
 impl Ddp {
+    /// Data parallelism over `collective` with buckets of `bucket_cap_bytes`.
+    pub fn new(collective: Rc<dyn Collective>, bucket_cap_bytes: usize) -> Self {
+        Self {
+            collective,
+            bucket_cap_bytes,
+            scratch_f32: RefCell::default(),
+            scratch_f64: RefCell::default(),
+        }
+    }
+
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.collective.rank()
@@ -82,12 +96,14 @@ impl Ddp {
     }
 
     /// Averages `grads` over the ranks, bucket by bucket (f64 gradients in f64, every other
-    /// float type in f32).
+    /// float type in f32). Each bucket is copied once into a reused host buffer, all-reduced,
+    /// and divided by the world size on its way back into the gradients' own buffers.
     pub fn average_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
         &self,
         model: &M,
         grads: &mut GradientsParams,
     ) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
         let mut take = TakeGrads::<B> {
             grads,
             taken: Vec::new(),
@@ -97,15 +113,13 @@ impl Ddp {
         let (Some(device), mut taken) = (take.device, take.taken) else {
             return Ok(());
         };
-        let world = self.world_size();
-        let wide: Vec<usize> = (0..taken.len())
-            .filter(|&i| taken[i].1.dtype == DType::F64)
-            .collect();
-        let narrow: Vec<usize> = (0..taken.len())
-            .filter(|&i| taken[i].1.dtype != DType::F64)
-            .collect();
+        let (wide, narrow): (Vec<usize>, Vec<usize>) =
+            (0..taken.len()).partition(|&i| taken[i].1.dtype == DType::F64);
+        let mut bytes = 0;
+        let mut in_collective = std::time::Duration::ZERO;
+        let mut flat = self.scratch_f32.borrow_mut();
         for bucket in buckets(&narrow, &taken, 4, self.bucket_cap_bytes) {
-            let mut flat: Vec<f32> = Vec::new();
+            flat.clear();
             for &i in &bucket {
                 let data = &taken[i].1;
                 match data.as_slice::<f32>() {
@@ -113,26 +127,36 @@ impl Ddp {
                     Err(_) => flat.extend(data.clone().convert_dtype(DType::F32).iter::<f32>()),
                 }
             }
+            let reducing = std::time::Instant::now();
             self.collective.all_reduce_f32(&mut flat, ReduceOp::Sum)?;
-            let n = world as f32;
-            flat.iter_mut().for_each(|x| *x /= n);
-            scatter(&bucket, &mut taken, flat)?;
+            in_collective += reducing.elapsed();
+            bytes += flat.len() * 4;
+            scatter_mean(&bucket, &mut taken, &flat, self.world_size() as f32)?;
         }
+        let mut flat = self.scratch_f64.borrow_mut();
         for bucket in buckets(&wide, &taken, 8, self.bucket_cap_bytes) {
-            let mut flat: Vec<f64> = Vec::new();
+            flat.clear();
             for &i in &bucket {
                 flat.extend_from_slice(taken[i].1.as_slice::<f64>()?);
             }
+            let reducing = std::time::Instant::now();
             self.collective.all_reduce_f64(&mut flat, ReduceOp::Sum)?;
-            let n = world as f64;
-            flat.iter_mut().for_each(|x| *x /= n);
-            scatter(&bucket, &mut taken, flat)?;
+            in_collective += reducing.elapsed();
+            bytes += flat.len() * 8;
+            scatter_mean(&bucket, &mut taken, &flat, self.world_size() as f64)?;
         }
         model.visit(&mut PutGrads::<B> {
             grads,
             data: taken.into_iter().collect(),
             device,
         });
+        tracing::debug!(
+            target: "ember",
+            "ddp: averaged {:.1} MB of gradients in {:.1} ms ({:.1} ms in all-reduce)",
+            bytes as f64 / 1e6,
+            started.elapsed().as_secs_f64() * 1e3,
+            in_collective.as_secs_f64() * 1e3
+        );
         Ok(())
     }
 }
@@ -163,20 +187,28 @@ fn buckets(
     out
 }
 
-/// Puts a reduced bucket back into the gradients it came from, in their own dtypes.
-fn scatter<E: burn::tensor::Element>(
+/// Puts a summed bucket back into the gradients it came from, divided by `n`, in their
+/// own dtypes.
+fn scatter_mean<E: burn::tensor::Element + std::ops::Div<Output = E>>(
     bucket: &[usize],
     taken: &mut [(ParamId, TensorData)],
-    flat: Vec<E>,
+    flat: &[E],
+    n: E,
 ) -> anyhow::Result<()> {
     let mut offset = 0;
     for &i in bucket {
         let data = &mut taken[i].1;
-        let n = data.num_elements();
-        let dtype = data.dtype;
-        *data = TensorData::new(flat[offset..offset + n].to_vec(), data.shape.clone())
-            .convert_dtype(dtype);
-        offset += n;
+        let len = data.num_elements();
+        let sums = &flat[offset..offset + len];
+        offset += len;
+        match data.as_mut_slice::<E>() {
+            Ok(own) => own.iter_mut().zip(sums).for_each(|(g, &s)| *g = s / n),
+            Err(_) => {
+                let dtype = data.dtype;
+                let mean: Vec<E> = sums.iter().map(|&s| s / n).collect();
+                *data = TensorData::new(mean, data.shape.clone()).convert_dtype(dtype);
+            }
+        }
     }
     Ok(())
 }

@@ -148,10 +148,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.ddp = None;
             return Ok(self);
         }
-        let ddp = Ddp {
+        let ddp = Ddp::new(
             collective,
-            bucket_cap_bytes: (self.options.ddp_bucket_cap_mb * 1024.0 * 1024.0) as usize,
-        };
+            (self.options.ddp_bucket_cap_mb * 1024.0 * 1024.0) as usize,
+        );
         self.seed = ddp.broadcast_u64(self.seed)?;
         B::seed(&self.device, self.seed);
         self.is_global_zero = ddp.rank() == 0;
