@@ -435,3 +435,64 @@ fn two_nodes_in_network_namespaces_train_over_tcp() {
     let stdout = text(&out.stdout);
     assert_eq!(stdout.matches("trained 36 steps").count(), 1, "{stdout}");
 }
+
+/// Runs `srun --ntasks=2 --mpi=pmix digits fit --trainer.devices=2 ARGS` under a private
+/// one-node SLURM cluster (`scripts/test-slurm.sh`); `None` (skipped) where it cannot start.
+fn under_slurm(dir: &Path, args: &[&str]) -> Option<Output> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-slurm.sh");
+    let out = Command::new(script)
+        .arg(env!("CARGO_BIN_EXE_digits"))
+        .args(["fit", "--trainer.devices=2"])
+        .args(args)
+        .current_dir(dir)
+        .env("EMBER_INVENTORY", "")
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    if out.status.code() == Some(77) {
+        eprintln!("{}", text(&out.stderr).trim());
+        return None;
+    }
+    Some(out)
+}
+
+#[test]
+fn srun_ranks_find_the_slurm_environment_agree_on_the_main_address_and_train() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(out) = under_slurm(dir.path(), &["--print-plan"]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let plans: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(plans.len(), 2, "one plan per rank");
+    let mut ranks: Vec<u64> = plans
+        .iter()
+        .map(|p| p["global_rank"].as_u64().unwrap())
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1]);
+    for plan in &plans {
+        assert_eq!(plan["cluster_environment"], "slurm");
+        assert_eq!(plan["world_size"], 2);
+        assert_eq!(plan["main_address"], plans[0]["main_address"]);
+        assert_eq!(plan["main_port"], plans[0]["main_port"]);
+    }
+
+    let out = under_slurm(
+        dir.path(),
+        &[
+            "--trainer.max_epochs=3",
+            "--trainer.enable_progress_bar=false",
+        ],
+    )
+    .expect("the cluster started a moment ago");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.matches("trained 36 steps").count(), 1, "{stdout}");
+}

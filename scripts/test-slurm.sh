@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs a program under a real SLURM on this machine: starts a one-node cluster (slurmctld and
+# slurmd on localhost, a generated slurm.conf with 2 CPUs, no munge: auth/none), runs
+#
+#   srun --ntasks=2 --mpi=pmix PROGRAM [ARGS...]
+#
+# and stops the daemons again. Needs root and Debian's slurm-wlm (scripts/setup.sh installs
+# it). Exits 77 (skip) when the cluster cannot start; otherwise with srun's status.
+set -euo pipefail
+
+for cmd in slurmctld slurmd srun sinfo; do
+    command -v "$cmd" >/dev/null || { echo "skipped: $cmd is not installed (slurm-wlm)" >&2; exit 77; }
+done
+if [ "$(id -u)" -ne 0 ]; then
+    echo "skipped: a private SLURM cluster needs root here" >&2
+    exit 77
+fi
+
+dir=$(mktemp -d /tmp/ember-slurm.XXXXXX)
+host=$(hostname -s)
+base=$((20000 + $$ % 20000))
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+mkdir -p "$dir/state" "$dir/spool"
+cat >"$dir/slurm.conf" <<CONF
+ClusterName=ember
+SlurmctldHost=$host
+SlurmctldPort=$base
+SlurmdPort=$((base + 1))
+AuthType=auth/none
+CredType=cred/none
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+NodeName=$host CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+CONF
+export SLURM_CONF="$dir/slurm.conf"
+
+slurmctld -D -i >"$dir/slurmctld.out" 2>&1 &
+pids+=($!)
+slurmd -D >"$dir/slurmd.out" 2>&1 &
+pids+=($!)
+
+# Wait (at most 30 s) for the node to be ready.
+for _ in $(seq 60); do
+    state=$(sinfo -h -n "$host" -o %T 2>/dev/null || true)
+    [ "$state" = idle ] && break
+    sleep 0.5
+done
+if [ "${state:-}" != idle ]; then
+    echo "skipped: the SLURM node did not become idle (state: ${state:-none})" >&2
+    tail -n 5 "$dir"/slurmctld.log "$dir"/slurmd.log "$dir"/*.out >&2 2>/dev/null || true
+    exit 77
+fi
+
+srun --ntasks=2 --mpi=pmix --time=5 "$@"
