@@ -496,3 +496,79 @@ fn srun_ranks_find_the_slurm_environment_agree_on_the_main_address_and_train() {
     let stdout = text(&out.stdout);
     assert_eq!(stdout.matches("trained 36 steps").count(), 1, "{stdout}");
 }
+
+#[test]
+fn ranks_started_one_by_one_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(["fit", "--trainer.devices=2"])
+        .current_dir(dir.path())
+        .env("EMBER_INVENTORY", "")
+        .envs([
+            ("TORCHELASTIC_RUN_ID", "t"),
+            ("WORLD_SIZE", "2"),
+            ("RANK", "0"),
+            ("LOCAL_RANK", "0"),
+            ("GROUP_RANK", "0"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("torchelastic environment") && stderr.contains("mpirun, srun"),
+        "{stderr}"
+    );
+}
+
+/// `(step, train_loss)` of every row of rank 0's metrics.csv that has a training loss.
+fn train_losses(run: &Path) -> Vec<(u64, String)> {
+    let csv = std::fs::read_to_string(run.join("lightning_logs/version_0/metrics.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name| header.iter().position(|h| *h == name).unwrap();
+    let (step, loss) = (col("step"), col("train_loss"));
+    lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|row| !row[loss].is_empty())
+        .map(|row| (row[step].parse().unwrap(), row[loss].to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_resumed_ddp_run_continues_with_the_losses_of_an_uninterrupted_one() {
+    if !mpirun_available() {
+        return;
+    }
+    let common = [
+        "fit",
+        "--trainer.devices=2",
+        "--trainer.seed=7",
+        "--trainer.log_every_n_steps=1",
+        "--trainer.enable_progress_bar=false",
+    ];
+    let run = |dir: &Path, extra: &[&str]| {
+        let out = digits(dir, &[&common[..], extra].concat());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    let whole = tempfile::tempdir().unwrap();
+    run(whole.path(), &["--trainer.max_epochs=3"]);
+    // Stopped at step 18: epoch 1, after 6 of its 12 batches.
+    let first = tempfile::tempdir().unwrap();
+    run(first.path(), &["--trainer.max_steps=18"]);
+    let stopped = checkpoint(first.path());
+    let resumed = tempfile::tempdir().unwrap();
+    let ckpt_path = format!("--trainer.ckpt_path={}", stopped.display());
+    run(resumed.path(), &["--trainer.max_epochs=3", &ckpt_path]);
+
+    let expected: Vec<(u64, String)> = train_losses(whole.path())
+        .into_iter()
+        .filter(|(step, _)| *step > 18)
+        .collect();
+    assert_eq!(expected.len(), 18);
+    assert_eq!(train_losses(resumed.path()), expected);
+    assert!(
+        weights_of(&checkpoint(resumed.path())) == weights_of(&checkpoint(whole.path())),
+        "the resumed run ends with other weights"
+    );
+}
