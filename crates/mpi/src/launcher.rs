@@ -8,10 +8,13 @@
 //! process's.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
 
 use anyhow::Context;
 use ember_core::Plan;
+use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::iterator::Signals;
 
 /// Variable the launcher sets on its children (and which a user may set) to choose the
 /// compute threads per rank; see [`mpirun_command`].
@@ -47,14 +50,15 @@ pub fn launch(plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
         "starting {processes} ranks of {} under mpirun",
         program.display()
     );
-    let status = mpirun_command(processes, program, args)
-        .status()
+    let mut mpirun = mpirun_command(processes, program, args)
+        .spawn()
         .map_err(|e| {
             anyhow::anyhow!(
                 "--trainer.devices={processes} on one machine starts its ranks with OpenMPI's mpirun, which could not run ({e}); \
                  install OpenMPI (Debian: openmpi-bin; scripts/setup.sh does) or start the ranks under a cluster launcher"
             )
         })?;
+    let status = wait_forwarding_stops(&mut mpirun)?;
     Ok(match status.code() {
         Some(0) => 0,
         Some(code) => {
@@ -66,4 +70,40 @@ pub fn launch(plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
             1
         }
     })
+}
+
+/// Waits for `mpirun`, turning the stop signals this process receives into a graceful stop of
+/// the ranks: mpirun forwards SIGUSR1 to every rank (it would turn SIGTERM or SIGINT into a
+/// kill), so SIGTERM, SIGUSR1 and a first SIGINT go on as SIGUSR1, and every rank's Trainer
+/// finishes its step, rank 0 writes the stop checkpoint and the run ends. A second SIGINT goes
+/// on as SIGINT: mpirun ends the ranks at once.
+fn wait_forwarding_stops(mpirun: &mut Child) -> anyhow::Result<ExitStatus> {
+    let mut signals =
+        Signals::new([SIGTERM, SIGUSR1, SIGINT]).context("cannot watch for stop signals")?;
+    let pid = libc::pid_t::try_from(mpirun.id()).context("mpirun's pid")?;
+    let mut stopping = false;
+    loop {
+        if let Some(status) = mpirun.try_wait()? {
+            return Ok(status);
+        }
+        for signal in signals.pending() {
+            let forward = if signal == SIGINT && stopping {
+                SIGINT
+            } else {
+                SIGUSR1
+            };
+            if !stopping {
+                eprintln!(
+                    "ember: stopping every rank after its current step (stop signal forwarded to the ranks as SIGUSR1)"
+                );
+            }
+            stopping = true;
+            // SAFETY: kill(2) on our own child's pid; it has not been reaped (try_wait above
+            // returned None), so the pid still names it.
+            unsafe {
+                libc::kill(pid, forward);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -291,7 +291,6 @@ fn start_long_run(dir: &Path, extra: &[&str]) -> (std::process::Child, Vec<(usiz
             "--trainer.devices=2",
             "--trainer.max_epochs=100000",
             "--trainer.enable_progress_bar=false",
-            "--trainer.enable_checkpointing=false",
         ])
         .args(extra)
         .current_dir(dir)
@@ -570,5 +569,41 @@ fn a_resumed_ddp_run_continues_with_the_losses_of_an_uninterrupted_one() {
     assert!(
         weights_of(&checkpoint(resumed.path())) == weights_of(&checkpoint(whole.path())),
         "the resumed run ends with other weights"
+    );
+}
+
+#[test]
+fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (launcher, ranks) = start_long_run(dir.path(), &[]);
+    signal(launcher.id(), "-TERM");
+    let (status, stderr) = wait_30s(launcher, "SIGTERM");
+    assert!(status.success(), "the launcher exited {status}: {stderr}");
+    assert!(
+        ranks.iter().all(|&(_, pid)| !alive(pid)),
+        "a rank outlived the run"
+    );
+    assert!(
+        stderr.contains("received SIGUSR1: stopped after step"),
+        "{stderr}"
+    );
+    let stop_checkpoint =
+        std::fs::read_dir(dir.path().join("lightning_logs/version_0/checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("sigusr1-")
+            })
+            .expect("rank 0 wrote the stop checkpoint");
+    assert_eq!(
+        weights_of(&stop_checkpoint).len(),
+        6,
+        "the checkpoint loads"
     );
 }
