@@ -28,6 +28,12 @@ if ! python3 -c "import tensorboard" 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore tensorboard
 fi
 
+# Python's safetensors package: a test reads ember's checkpoints with it, as a PyTorch user would.
+if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+    echo "setup: installing safetensors (pip)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore safetensors numpy
+fi
+
 # The pinned toolchain (rust-toolchain.toml) with rustfmt and clippy.
 rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 echo "setup: ok"

@@ -31,6 +31,7 @@ fn a_damaged_checkpoint_is_reported_with_its_name() {
             ..Default::default()
         },
         Default::default(),
+        Vec::new(),
         vec![("model".into(), ember_acceptance::fault::payload(3))],
     )
     .unwrap();

@@ -348,3 +348,80 @@ fn sigterm_and_sigusr1_stop_with_a_checkpoint_that_resumes() {
         assert!(out.status.success(), "{}", stderr(&out));
     }
 }
+
+/// Python's `safetensors` package (scripts/setup.sh installs it), or a skip message.
+fn python_safetensors() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import safetensors, numpy"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: python3 with the safetensors and numpy packages is not installed");
+    }
+    ok
+}
+
+#[test]
+fn python_reads_the_weights_of_a_checkpoint() {
+    if !python_safetensors() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = digits_in(dir.path(), &["fit", "--trainer.max_epochs=1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ckpt = dir
+        .path()
+        .join("lightning_logs/version_0/checkpoints/epoch=0-step=23.ckpt");
+    let script = r#"
+import json, sys
+from safetensors import safe_open
+with safe_open(sys.argv[1], framework="numpy") as f:
+    header = json.loads(f.metadata()["ember.header"])
+    for name in sorted(f.keys()):
+        t = f.get_tensor(name)
+        print(name, t.dtype, list(t.shape))
+    print("step", header["global_step"], "epoch", header["epoch"], "format", header["format_version"])
+    print("val_acc", header["metrics"]["val_acc"])
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&ckpt)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let optimizer = lines
+        .iter()
+        .find(|l| l.starts_with("__ember__.optimizer uint8 "));
+    let scheduler = lines
+        .iter()
+        .find(|l| l.starts_with("__ember__.scheduler uint8 "));
+    assert!(optimizer.is_some() && scheduler.is_some(), "{text}");
+    let weights: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("mlp."))
+        .collect();
+    assert_eq!(
+        weights,
+        [
+            "mlp.hidden.0.bias float32 [256]",
+            "mlp.hidden.0.weight float32 [64, 256]",
+            "mlp.hidden.1.bias float32 [256]",
+            "mlp.hidden.1.weight float32 [256, 256]",
+            "mlp.output.bias float32 [10]",
+            "mlp.output.weight float32 [256, 10]",
+        ]
+    );
+    assert!(text.contains("step 23 epoch 0 format 2"), "{text}");
+    let val_acc = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("val_acc "))
+        .unwrap();
+    assert!(val_acc.parse::<f64>().unwrap() > 0.5, "{text}");
+}

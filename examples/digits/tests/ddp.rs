@@ -80,7 +80,7 @@ fn weights_of(path: &Path) -> Vec<Vec<f32>> {
     let model = DigitsModel::<Flex>::new(&ModelConfig::default(), &device);
     let model = Checkpoint::decode(&bytes, path)
         .unwrap()
-        .load_model::<Flex, _>(model, &device, path)
+        .load_model::<Flex, _>(model, path)
         .unwrap();
     values(&model.mlp)
 }

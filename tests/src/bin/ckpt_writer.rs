@@ -39,6 +39,7 @@ fn main() -> anyhow::Result<()> {
                 ..Progress::default()
             },
             BTreeMap::new(),
+            Vec::new(),
             vec![("model".into(), payload(step))],
         )?;
         save(&bytes, format!("step={step}.ckpt"))?;

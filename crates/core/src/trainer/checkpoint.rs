@@ -1,25 +1,34 @@
-//! The checkpoint file: a small versioned header and named sections of burn records.
+//! The checkpoint file: a safetensors file that PyTorch, NumPy or any safetensors reader opens.
 //!
-//! Layout: the 8 bytes `EMBERCKP`, a little-endian `u32` header length, the header's CRC-32C
-//! (`u32`), the header as JSON ([`CheckpointHeader`], which holds each section's length and
-//! CRC-32C), then each section's bytes in the header's order. Sections hold
-//! burn records (named MessagePack, full precision): `model`, and `optimizer` when saved
-//! during `fit`. Reading checks the magic, the checksums, the format version and every
-//! length, and names the file and what is wrong.
+//! Tensors: the model's weights under their module paths (`mlp.hidden.0.weight`, ...) in the
+//! dtypes they were trained in, and each other section (`optimizer`, `scheduler`,
+//! `grad_scaler`: burn records as named MessagePack, or JSON) as a `U8` tensor named
+//! `__ember__.<section>`. Metadata: `ember.header` ([`CheckpointHeader`] as JSON: format
+//! version, ember version, progress, metrics, and a CRC-32C of every tensor) and
+//! `ember.header_crc32c`. Reading checks the safetensors structure (a truncated file fails
+//! there), the header's checksum, the format version and every tensor's checksum, and names the
+//! file and what is wrong; loading weights checks their names, shapes and dtypes against the
+//! model. See `docs/checkpoints.md`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use anyhow::{Context, bail, ensure};
-use burn::module::Module;
+use anyhow::{Context, anyhow, bail, ensure};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
 use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor, TensorData};
+use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 
-/// The first bytes of every checkpoint.
-pub const MAGIC: &[u8; 8] = b"EMBERCKP";
 /// The format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Metadata key of the header JSON.
+pub const HEADER_KEY: &str = "ember.header";
+/// Metadata key of the header's CRC-32C (decimal).
+pub const HEADER_CRC_KEY: &str = "ember.header_crc32c";
+/// Name prefix of the tensors that hold sections other than the weights.
+pub const SECTION_PREFIX: &str = "__ember__.";
 
 /// What a checkpoint says about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,15 +42,16 @@ pub struct CheckpointHeader {
     /// Optimizer steps taken when it was written.
     pub global_step: u64,
     /// Training batches completed in `epoch` when it was written.
-    #[serde(default)]
     pub batches_done: u64,
     /// The learning rate of the latest optimizer step.
-    #[serde(default)]
     pub learning_rate: f64,
     /// The metrics known when it was written.
     pub metrics: BTreeMap<String, f64>,
-    /// Section names, byte lengths and CRC-32C checksums, in file order.
+    /// Sections other than the weights: names, byte lengths and CRC-32C checksums.
     pub sections: Vec<(String, u64, u32)>,
+    /// Weight tensors: module paths, the CRC-32C of their bytes and burn's parameter ids
+    /// (the optimizer's state is keyed by them).
+    pub weights: Vec<(String, u32, u64)>,
 }
 
 /// Where training stood when a checkpoint was written.
@@ -57,12 +67,14 @@ pub struct Progress {
     pub learning_rate: f64,
 }
 
-/// A decoded checkpoint: header and section bytes.
+/// A decoded checkpoint: header, weights and the other sections.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
     /// The header.
     pub header: CheckpointHeader,
-    /// The sections by name.
+    /// The model's weights by module path.
+    pub weights: BTreeMap<String, TensorData>,
+    /// The other sections by name.
     pub sections: BTreeMap<String, Vec<u8>>,
 }
 
@@ -83,8 +95,94 @@ pub fn record_from_bytes<B: Backend, R: Record<B>>(
     Recorder::<B>::load(&recorder(), bytes, device).context("decoding a record")
 }
 
-/// Bytes before the header: magic, header length, header checksum.
-const PREFIX: usize = 16;
+/// A float parameter as a checkpoint stores it: module path, burn's id and its data.
+pub type Weight = (String, ParamId, TensorData);
+
+/// Every float parameter of `model` by module path, in its own dtype.
+pub fn weights_of<B: Backend, M: Module<B>>(model: &M) -> Vec<Weight> {
+    let mut collect = CollectWeights {
+        path: Vec::new(),
+        weights: Vec::new(),
+    };
+    model.visit(&mut collect);
+    collect.weights
+}
+
+/// Collects float parameters with the path of module names that leads to them.
+struct CollectWeights {
+    path: Vec<String>,
+    weights: Vec<Weight>,
+}
+
+impl<B: Backend> ModuleVisitor<B> for CollectWeights {
+    fn enter_module(&mut self, name: &str, _: &str) {
+        self.path.push(name.to_owned());
+    }
+
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.weights
+            .push((self.path.join("."), param.id, param.val().into_data()));
+    }
+}
+
+/// Replaces float parameters with a checkpoint's weights (and ids), recording what does not fit.
+struct LoadWeights<'a> {
+    path: Vec<String>,
+    weights: &'a BTreeMap<String, TensorData>,
+    ids: HashMap<&'a str, u64>,
+    loaded: Vec<String>,
+    errors: Vec<String>,
+}
+
+impl<B: Backend> ModuleMapper<B> for LoadWeights<'_> {
+    fn enter_module(&mut self, name: &str, _: &str) {
+        self.path.push(name.to_owned());
+    }
+
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.pop();
+    }
+
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let name = self.path.join(".");
+        let Some(data) = self.weights.get(&name) else {
+            self.errors.push(format!("no weight for {name}"));
+            return param;
+        };
+        let current = param.val();
+        let (shape, dtype) = (current.shape().to_vec(), current.dtype());
+        if data.shape.to_vec() != shape {
+            self.errors.push(format!(
+                "{name} has shape {:?}, the model's parameter {shape:?}",
+                data.shape.to_vec()
+            ));
+            return param;
+        }
+        let data = match data.dtype {
+            d if d == dtype => data.clone(),
+            d if is_float(d) && is_float(dtype) => data.clone().convert_dtype(dtype),
+            d => {
+                self.errors
+                    .push(format!("{name} is {d:?}, the model's parameter {dtype:?}"));
+                return param;
+            }
+        };
+        self.loaded.push(name.clone());
+        let id = self.ids.get(name.as_str()).copied().map(ParamId::from);
+        let mut param = param.map(|t| {
+            let require_grad = t.is_require_grad();
+            Tensor::from_data(data, (&t.device(), dtype)).set_require_grad(require_grad)
+        });
+        if let Some(id) = id {
+            param.id = id;
+        }
+        param
+    }
+}
 
 /// CRC-32C with slice-by-16 tables (built at compile time): a checkpoint's megabytes are
 /// checksummed on every save and load.
@@ -95,15 +193,54 @@ fn crc32(bytes: &[u8]) -> u32 {
     CASTAGNOLI.checksum(bytes)
 }
 
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+/// The safetensors name of a burn dtype.
+fn to_safetensors(dtype: DType) -> anyhow::Result<Dtype> {
+    Ok(match dtype {
+        DType::F64 => Dtype::F64,
+        DType::F32 => Dtype::F32,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::I64 => Dtype::I64,
+        DType::I32 => Dtype::I32,
+        DType::I16 => Dtype::I16,
+        DType::I8 => Dtype::I8,
+        DType::U64 => Dtype::U64,
+        DType::U32 => Dtype::U32,
+        DType::U16 => Dtype::U16,
+        DType::U8 => Dtype::U8,
+        other => bail!("a checkpoint cannot hold {other:?} tensors"),
+    })
+}
+
+/// The burn dtype of a safetensors one.
+fn from_safetensors(dtype: Dtype) -> Option<DType> {
+    Some(match dtype {
+        Dtype::F64 => DType::F64,
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::I64 => DType::I64,
+        Dtype::I32 => DType::I32,
+        Dtype::I16 => DType::I16,
+        Dtype::I8 => DType::I8,
+        Dtype::U64 => DType::U64,
+        Dtype::U32 => DType::U32,
+        Dtype::U16 => DType::U16,
+        Dtype::U8 => DType::U8,
+        _ => return None,
+    })
+}
+
+fn is_float(dtype: DType) -> bool {
+    matches!(dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16)
 }
 
 impl Checkpoint {
-    /// Encodes header and sections into file bytes.
+    /// Encodes progress, metrics, weights and the other sections into file bytes.
     pub fn encode(
         progress: Progress,
         metrics: BTreeMap<String, f64>,
+        weights: Vec<Weight>,
         sections: Vec<(String, Vec<u8>)>,
     ) -> anyhow::Result<Vec<u8>> {
         let header = CheckpointHeader {
@@ -118,75 +255,119 @@ impl Checkpoint {
                 .iter()
                 .map(|(n, b)| (n.clone(), b.len() as u64, crc32(b)))
                 .collect(),
+            weights: weights
+                .iter()
+                .map(|(n, id, d)| (n.clone(), crc32(d.as_bytes()), id.val()))
+                .collect(),
         };
-        Self::encode_header(&header, &sections)
+        let weights: Vec<(String, TensorData)> =
+            weights.into_iter().map(|(n, _, d)| (n, d)).collect();
+        Self::encode_header(&header, &weights, &sections)
     }
 
     fn encode_header(
         header: &CheckpointHeader,
+        weights: &[(String, TensorData)],
         sections: &[(String, Vec<u8>)],
     ) -> anyhow::Result<Vec<u8>> {
-        let json = serde_json::to_vec(header)?;
-        let mut out = Vec::with_capacity(
-            PREFIX + json.len() + sections.iter().map(|(_, b)| b.len()).sum::<usize>(),
-        );
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&u32::try_from(json.len())?.to_le_bytes());
-        out.extend_from_slice(&crc32(&json).to_le_bytes());
-        out.extend_from_slice(&json);
-        for (_, bytes) in sections {
-            out.extend_from_slice(bytes);
+        let json = serde_json::to_string(header)?;
+        let metadata = HashMap::from([
+            (
+                HEADER_CRC_KEY.to_owned(),
+                crc32(json.as_bytes()).to_string(),
+            ),
+            (HEADER_KEY.to_owned(), json),
+        ]);
+        let mut views = Vec::with_capacity(weights.len() + sections.len());
+        for (name, data) in weights {
+            ensure!(
+                !name.starts_with(SECTION_PREFIX),
+                "parameter name {name} uses the reserved prefix {SECTION_PREFIX}"
+            );
+            let view = TensorView::new(
+                to_safetensors(data.dtype)?,
+                data.shape.to_vec(),
+                data.as_bytes(),
+            )
+            .map_err(|e| anyhow!("parameter {name}: {e}"))?;
+            views.push((name.clone(), view));
         }
-        Ok(out)
+        for (name, bytes) in sections {
+            let view = TensorView::new(Dtype::U8, vec![bytes.len()], bytes)
+                .map_err(|e| anyhow!("section {name}: {e}"))?;
+            views.push((format!("{SECTION_PREFIX}{name}"), view));
+        }
+        safetensors::serialize(views, Some(metadata)).context("writing the safetensors file")
     }
 
-    /// Decodes file bytes; `path` is only for messages. Checks the magic, the header's and
-    /// every section's CRC-32C, the format version and every length.
+    /// Decodes file bytes; `path` is only for messages. Checks the safetensors structure, the
+    /// header's and every tensor's CRC-32C and the format version.
     pub fn decode(bytes: &[u8], path: &Path) -> anyhow::Result<Self> {
         let shown = path.display();
-        ensure!(
-            bytes.len() >= 8 && &bytes[..8] == MAGIC,
-            "{shown} is not an ember checkpoint (no EMBERCKP header)"
-        );
-        ensure!(
-            bytes.len() >= PREFIX,
-            "{shown} is truncated: its header is cut short"
-        );
-        let len = u32_at(bytes, 8) as usize;
-        let Some(json) = bytes.get(PREFIX..PREFIX + len) else {
-            bail!("{shown} is truncated: its header is cut short");
+        let structure = |e: SafeTensorError| match e {
+            SafeTensorError::InvalidHeaderLength | SafeTensorError::MetadataIncompleteBuffer => {
+                anyhow!("{shown} is truncated or has bytes missing ({e})")
+            }
+            SafeTensorError::HeaderTooSmall if bytes.len() < 8 => {
+                anyhow!("{shown} is truncated: it has only {} bytes", bytes.len())
+            }
+            e => {
+                anyhow!("{shown} is not an ember checkpoint (not a readable safetensors file: {e})")
+            }
         };
+        let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(structure)?;
+        let info = metadata.metadata().as_ref();
+        let json = info.and_then(|m| m.get(HEADER_KEY)).with_context(|| {
+            format!("{shown} is not an ember checkpoint (a safetensors file without the {HEADER_KEY} metadata)")
+        })?;
         ensure!(
-            crc32(json) == u32_at(bytes, 12),
+            info.and_then(|m| m.get(HEADER_CRC_KEY))
+                .and_then(|c| c.parse::<u32>().ok())
+                == Some(crc32(json.as_bytes())),
             "{shown} has a corrupt header (checksum mismatch: damaged or flipped bytes)"
         );
-        let header: CheckpointHeader = serde_json::from_slice(json)
-            .with_context(|| format!("{shown} has a corrupt header"))?;
+        let header: CheckpointHeader =
+            serde_json::from_str(json).with_context(|| format!("{shown} has a corrupt header"))?;
         ensure!(
             header.format_version == FORMAT_VERSION,
             "{shown} has checkpoint format version {}, this ember reads version {FORMAT_VERSION}",
             header.format_version
         );
-        let mut offset = PREFIX + len;
+        let tensors = SafeTensors::deserialize(bytes).map_err(structure)?;
         let mut sections = BTreeMap::new();
         for (name, size, crc) in &header.sections {
-            let end = offset.saturating_add(*size as usize);
-            let Some(data) = bytes.get(offset..end) else {
-                bail!("{shown} is truncated: section `{name}` needs {size} bytes");
-            };
+            let view = tensors
+                .tensor(&format!("{SECTION_PREFIX}{name}"))
+                .map_err(|_| {
+                    anyhow!("{shown} has no `{name}` section although its header lists one")
+                })?;
             ensure!(
-                crc32(data) == *crc,
+                view.data().len() as u64 == *size && crc32(view.data()) == *crc,
                 "{shown}: section `{name}` fails its checksum (damaged or flipped bytes)"
             );
-            sections.insert(name.clone(), data.to_vec());
-            offset = end;
+            sections.insert(name.clone(), view.data().to_vec());
         }
-        ensure!(
-            offset == bytes.len(),
-            "{shown} has {} unexpected bytes after its last section",
-            bytes.len() - offset
-        );
-        Ok(Self { header, sections })
+        let mut weights = BTreeMap::new();
+        for (name, crc, _) in &header.weights {
+            let view = tensors.tensor(name).map_err(|_| {
+                anyhow!("{shown} has no weight `{name}` although its header lists one")
+            })?;
+            ensure!(
+                crc32(view.data()) == *crc,
+                "{shown}: weight `{name}` fails its checksum (damaged or flipped bytes)"
+            );
+            let dtype = from_safetensors(view.dtype()).with_context(|| {
+                format!("{shown}: weight `{name}` has dtype {:?}", view.dtype())
+            })?;
+            let data =
+                TensorData::from_bytes_vec(view.data().to_vec(), view.shape().to_vec(), dtype);
+            weights.insert(name.clone(), data);
+        }
+        Ok(Self {
+            header,
+            weights,
+            sections,
+        })
     }
 
     /// The loss scaler's state, when the run had one (16-mixed).
@@ -216,20 +397,56 @@ impl Checkpoint {
             .with_context(|| format!("{}: the {name} section does not fit", path.display()))
     }
 
-    /// Loads the `model` section into `model`'s weights.
-    pub fn load_model<B: Backend, M: Module<B>>(
-        &self,
-        model: M,
-        device: &B::Device,
-        path: &Path,
-    ) -> anyhow::Result<M> {
-        Ok(model.load_record(self.record::<B, M::Record>("model", device, path)?))
+    /// Loads the weights (and parameter ids) into `model`: every float parameter must be there
+    /// with its shape, and every weight must find a parameter. A float weight stored in another
+    /// float type than the model's parameter (f32 master weights of a mixed-precision run,
+    /// evaluated in bf16) is converted to the parameter's type.
+    pub fn load_model<B: Backend, M: Module<B>>(&self, model: M, path: &Path) -> anyhow::Result<M> {
+        let mut load = LoadWeights {
+            path: Vec::new(),
+            weights: &self.weights,
+            ids: self
+                .header
+                .weights
+                .iter()
+                .map(|(name, _, id)| (name.as_str(), *id))
+                .collect(),
+            loaded: Vec::new(),
+            errors: Vec::new(),
+        };
+        let model = model.map(&mut load);
+        let unused: Vec<&str> = self
+            .weights
+            .keys()
+            .filter(|name| !load.loaded.contains(name))
+            .map(String::as_str)
+            .collect();
+        if !unused.is_empty() && load.errors.is_empty() {
+            load.errors.push(format!(
+                "the model has no parameter for {}",
+                unused.join(", ")
+            ));
+        }
+        ensure!(
+            load.errors.is_empty(),
+            "{}: its weights do not fit the model: {}",
+            path.display(),
+            load.errors.join("; ")
+        );
+        Ok(model)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn position(haystack: &[u8], needle: &[u8]) -> usize {
+        haystack
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .expect("present")
+    }
 
     #[test]
     fn round_trip_and_clear_errors() {
@@ -239,25 +456,37 @@ mod tests {
             global_step: 40,
             ..Progress::default()
         };
+        let weight = TensorData::new(vec![1.5f64, -2.0, 3.25], [3]);
         let bytes = Checkpoint::encode(
             progress,
             BTreeMap::from([("val_acc".into(), 0.5)]),
-            vec![
-                ("model".into(), vec![1, 2, 3]),
-                ("optimizer".into(), vec![9]),
-            ],
+            vec![("layer.weight".into(), ParamId::new(), weight.clone())],
+            vec![("optimizer".into(), vec![9, 8, 7])],
         )
         .unwrap();
         let ck = Checkpoint::decode(&bytes, path).unwrap();
         assert_eq!(ck.header.global_step, 40);
-        assert_eq!(ck.sections["model"], vec![1, 2, 3]);
+        assert_eq!(ck.sections["optimizer"], vec![9, 8, 7]);
+        assert_eq!(ck.weights["layer.weight"], weight, "f64 stays f64");
+
         let e = Checkpoint::decode(&bytes[..bytes.len() - 1], path).unwrap_err();
+        assert!(e.to_string().contains("x.ckpt is truncated"), "{e}");
+        let e = Checkpoint::decode(&bytes[..5], path).unwrap_err();
         assert!(e.to_string().contains("x.ckpt is truncated"), "{e}");
         let e = Checkpoint::decode(b"PK\x03\x04 not a checkpoint", path).unwrap_err();
         assert!(e.to_string().contains("not an ember checkpoint"), "{e}");
+
         let mut flipped = bytes.clone();
-        let last = flipped.len() - 1;
-        flipped[last] ^= 0x10;
+        let at = position(&bytes, &1.5f64.to_le_bytes());
+        flipped[at] ^= 0x10;
+        let e = Checkpoint::decode(&flipped, path).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("weight `layer.weight` fails its checksum"),
+            "{e}"
+        );
+        let mut flipped = bytes.clone();
+        flipped[position(&bytes, &[9, 8, 7])] ^= 0x01;
         let e = Checkpoint::decode(&flipped, path).unwrap_err();
         assert!(
             e.to_string()
@@ -265,13 +494,15 @@ mod tests {
             "{e}"
         );
         let mut flipped = bytes.clone();
-        flipped[PREFIX + 3] ^= 0x01;
+        flipped[position(&bytes, b"global_step") + 14] ^= 0x01;
         let e = Checkpoint::decode(&flipped, path).unwrap_err();
         assert!(e.to_string().contains("corrupt header"), "{e}");
+
         let mut future = ck.header.clone();
         future.format_version = 9;
+        let weights: Vec<(String, TensorData)> = ck.weights.clone().into_iter().collect();
         let sections: Vec<(String, Vec<u8>)> = ck.sections.clone().into_iter().collect();
-        let wrong = Checkpoint::encode_header(&future, &sections).unwrap();
+        let wrong = Checkpoint::encode_header(&future, &weights, &sections).unwrap();
         let e = Checkpoint::decode(&wrong, path).unwrap_err();
         assert!(e.to_string().contains("version 9"), "{e}");
     }

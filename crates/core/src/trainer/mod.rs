@@ -41,7 +41,7 @@ use crate::cli::Stage;
 use crate::collective::{Collective, ReduceOp};
 use crate::loggers::{Logger, Loggers};
 use crate::plan::Plan;
-use checkpoint::{Checkpoint, Progress, record_bytes};
+use checkpoint::{Checkpoint, Progress, record_bytes, weights_of};
 use data::{DataModule, Loader, Shard};
 use ddp::Ddp;
 use log::{MetricCollector, StepLog};
@@ -418,7 +418,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             return Ok(model);
         };
         let bytes = self.checkpoint_io.load(path)?;
-        Checkpoint::decode(&bytes, path)?.load_model::<Inner<B>, M>(model, &self.device, path)
+        Checkpoint::decode(&bytes, path)?.load_model::<Inner<B>, M>(model, path)
     }
 
     /// Creates the loggers on first use and the state of one entry point; runs `setup`.
@@ -616,7 +616,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let (mut epoch, mut skip) = (0, 0);
         if let Some(path) = self.options.ckpt_path.clone() {
             let checkpoint = Checkpoint::decode(&self.checkpoint_io.load(&path)?, &path)?;
-            model = checkpoint.load_model::<B, M>(model, &self.device, &path)?;
+            model = checkpoint.load_model::<B, M>(model, &path)?;
             if self.mixed.is_some() {
                 model = dtype::master(model);
             }
@@ -895,11 +895,8 @@ where
     let bytes = Checkpoint::encode(
         progress,
         state.callback_metrics.clone(),
+        weights_of::<B, M>(model),
         [
-            (
-                "model".into(),
-                record_bytes::<B, _>(model.clone().into_record())?,
-            ),
             (
                 "optimizer".into(),
                 record_bytes::<B, _>(optimizer.to_record())?,
