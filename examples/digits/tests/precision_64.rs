@@ -6,6 +6,7 @@ use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::cpu::CpuAccelerator;
+use ember::trainer::checkpoint::Checkpoint;
 use ember::{Plan, Precision, Trainer, TrainerOptions};
 
 mod common;
@@ -31,6 +32,22 @@ fn sixty_four_true_builds_and_trains_in_f64() {
         "still f64 after Adam steps"
     );
     assert!(out.metrics["val_acc"] > 0.85, "{:?}", out.metrics);
+
+    // The checkpoint keeps the weights in f64, and they load back into an f64 model.
+    let path = out.best_model_path.expect("a checkpoint was written");
+    let checkpoint = Checkpoint::decode(&std::fs::read(&path).unwrap(), &path).unwrap();
+    assert!(
+        checkpoint.weights.values().all(|w| w.dtype == DType::F64),
+        "{:?}",
+        checkpoint
+            .weights
+            .values()
+            .map(|w| w.dtype)
+            .collect::<Vec<_>>()
+    );
+    let fresh = DigitsModel::<B>::new(&ModelConfig::default(), trainer.device());
+    let loaded = checkpoint.load_model(fresh, &path).unwrap();
+    assert_eq!(dtypes(&loaded), vec![DType::F64; 6]);
 
     // A second float type in the same process is refused, not applied silently.
     let mut f32_plan = plan.clone();

@@ -17,7 +17,7 @@ use anyhow::{Context, anyhow, bail, ensure};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 
@@ -95,23 +95,28 @@ pub fn record_from_bytes<B: Backend, R: Record<B>>(
     Recorder::<B>::load(&recorder(), bytes, device).context("decoding a record")
 }
 
-/// A float parameter as a checkpoint stores it: module path, burn's id and its data.
+/// A parameter as a checkpoint stores it: module path, burn's id and its data.
 pub type Weight = (String, ParamId, TensorData);
 
-/// Every float parameter of `model` by module path, in its own dtype.
-pub fn weights_of<B: Backend, M: Module<B>>(model: &M) -> Vec<Weight> {
-    let mut collect = CollectWeights {
-        path: Vec::new(),
-        weights: Vec::new(),
-    };
+/// Every float and int parameter of `model` by module path, in its own dtype. A bool
+/// parameter is refused: checkpoints hold float and int tensors.
+pub fn weights_of<B: Backend, M: Module<B>>(model: &M) -> anyhow::Result<Vec<Weight>> {
+    let mut collect = CollectWeights::default();
     model.visit(&mut collect);
-    collect.weights
+    ensure!(
+        collect.bool_params.is_empty(),
+        "cannot checkpoint bool parameters ({}): checkpoints hold float and int parameters",
+        collect.bool_params.join(", ")
+    );
+    Ok(collect.weights)
 }
 
-/// Collects float parameters with the path of module names that leads to them.
+/// Collects parameters with the path of module names that leads to them.
+#[derive(Default)]
 struct CollectWeights {
     path: Vec<String>,
     weights: Vec<Weight>,
+    bool_params: Vec<String>,
 }
 
 impl<B: Backend> ModuleVisitor<B> for CollectWeights {
@@ -127,15 +132,55 @@ impl<B: Backend> ModuleVisitor<B> for CollectWeights {
         self.weights
             .push((self.path.join("."), param.id, param.val().into_data()));
     }
+
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
+        self.weights
+            .push((self.path.join("."), param.id, param.val().into_data()));
+    }
+
+    fn visit_bool<const D: usize>(&mut self, _: &Param<Tensor<B, D, Bool>>) {
+        self.bool_params.push(self.path.join("."));
+    }
 }
 
-/// Replaces float parameters with a checkpoint's weights (and ids), recording what does not fit.
+/// Replaces parameters with a checkpoint's weights (and ids), recording what does not fit.
 struct LoadWeights<'a> {
     path: Vec<String>,
     weights: &'a BTreeMap<String, TensorData>,
     ids: HashMap<&'a str, u64>,
     loaded: Vec<String>,
     errors: Vec<String>,
+}
+
+impl LoadWeights<'_> {
+    /// The checkpoint's data for the parameter at the current path, in the parameter's dtype
+    /// (float types convert to each other; anything else must match), and its stored id.
+    fn take(&mut self, shape: &[usize], dtype: DType) -> Option<(TensorData, Option<ParamId>)> {
+        let name = self.path.join(".");
+        let Some(data) = self.weights.get(&name) else {
+            self.errors.push(format!("no weight for {name}"));
+            return None;
+        };
+        if data.shape.to_vec() != shape {
+            self.errors.push(format!(
+                "{name} has shape {:?}, the model's parameter {shape:?}",
+                data.shape.to_vec()
+            ));
+            return None;
+        }
+        let data = match data.dtype {
+            d if d == dtype => data.clone(),
+            d if is_float(d) && is_float(dtype) => data.clone().convert_dtype(dtype),
+            d => {
+                self.errors
+                    .push(format!("{name} is {d:?}, the model's parameter {dtype:?}"));
+                return None;
+            }
+        };
+        let id = self.ids.get(name.as_str()).copied().map(ParamId::from);
+        self.loaded.push(name);
+        Some((data, id))
+    }
 }
 
 impl<B: Backend> ModuleMapper<B> for LoadWeights<'_> {
@@ -148,38 +193,28 @@ impl<B: Backend> ModuleMapper<B> for LoadWeights<'_> {
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let name = self.path.join(".");
-        let Some(data) = self.weights.get(&name) else {
-            self.errors.push(format!("no weight for {name}"));
-            return param;
-        };
         let current = param.val();
-        let (shape, dtype) = (current.shape().to_vec(), current.dtype());
-        if data.shape.to_vec() != shape {
-            self.errors.push(format!(
-                "{name} has shape {:?}, the model's parameter {shape:?}",
-                data.shape.to_vec()
-            ));
+        let Some((data, id)) = self.take(&current.shape().to_vec(), current.dtype()) else {
             return param;
-        }
-        let data = match data.dtype {
-            d if d == dtype => data.clone(),
-            d if is_float(d) && is_float(dtype) => data.clone().convert_dtype(dtype),
-            d => {
-                self.errors
-                    .push(format!("{name} is {d:?}, the model's parameter {dtype:?}"));
-                return param;
-            }
         };
-        self.loaded.push(name.clone());
-        let id = self.ids.get(name.as_str()).copied().map(ParamId::from);
         let mut param = param.map(|t| {
-            let require_grad = t.is_require_grad();
+            let (require_grad, dtype) = (t.is_require_grad(), t.dtype());
             Tensor::from_data(data, (&t.device(), dtype)).set_require_grad(require_grad)
         });
-        if let Some(id) = id {
-            param.id = id;
-        }
+        param.id = id.unwrap_or(param.id);
+        param
+    }
+
+    fn map_int<const D: usize>(
+        &mut self,
+        param: Param<Tensor<B, D, Int>>,
+    ) -> Param<Tensor<B, D, Int>> {
+        let current = param.val();
+        let Some((data, id)) = self.take(&current.shape().to_vec(), current.dtype()) else {
+            return param;
+        };
+        let mut param = param.map(|t| Tensor::from_data(data, (&t.device(), t.dtype())));
+        param.id = id.unwrap_or(param.id);
         param
     }
 }

@@ -895,7 +895,7 @@ where
     let bytes = Checkpoint::encode(
         progress,
         state.callback_metrics.clone(),
-        weights_of::<B, M>(model),
+        weights_of::<B, M>(model)?,
         [
             (
                 "optimizer".into(),
