@@ -425,3 +425,120 @@ with safe_open(sys.argv[1], framework="numpy") as f:
         .unwrap();
     assert!(val_acc.parse::<f64>().unwrap() > 0.5, "{text}");
 }
+
+#[test]
+fn ckpt_path_last_resumes_with_callback_states_and_best_evaluates_the_best() {
+    let dir = tempfile::tempdir().unwrap();
+    let callbacks = r#"--trainer.callbacks=[{"class_path": "ModelCheckpoint", "init_args": {"monitor": "val_acc", "mode": "max", "save_top_k": 2}}, {"class_path": "EarlyStopping", "init_args": {"monitor": "val_loss", "patience": 50}}]"#;
+    let out = digits_in(
+        dir.path(),
+        &[
+            "fit",
+            "--trainer.max_epochs=3",
+            "--trainer.seed=3",
+            callbacks,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The newest checkpoint carries both callbacks' states and the seed.
+    let first = dir.path().join("lightning_logs/version_0/checkpoints");
+    let newest = std::fs::read_dir(&first)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("epoch=2-"))
+        .expect("the last epoch's checkpoint is among the top 2");
+    let checkpoint =
+        ember::trainer::checkpoint::Checkpoint::decode(&std::fs::read(&newest).unwrap(), &newest)
+            .unwrap();
+    assert_eq!(checkpoint.header.seed, 3);
+    let states: serde_json::Value =
+        serde_json::from_slice(&checkpoint.sections["callbacks"]).unwrap();
+    let keys: Vec<&String> = states.as_object().unwrap().keys().collect();
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("EarlyStopping{monitor=val_loss"))
+            && keys
+                .iter()
+                .any(|k| k.starts_with("ModelCheckpoint{monitor=val_acc")),
+        "{keys:?}"
+    );
+    let kept = states
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| k.starts_with("ModelCheckpoint"))
+        .map(|(_, v)| v["kept"].as_array().unwrap().len())
+        .unwrap();
+    assert_eq!(kept, 2, "{states}");
+
+    // `last` picks that checkpoint (without --trainer.seed: the run's own seed comes back).
+    let out = digits_in(
+        dir.path(),
+        &[
+            "fit",
+            "--trainer.max_epochs=5",
+            "--trainer.ckpt_path=last",
+            callbacks,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let relative = newest.strip_prefix(dir.path()).unwrap();
+    assert!(
+        stderr(&out).contains(&format!(
+            "--trainer.ckpt_path=last: using ./{}",
+            relative.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("trained 115 steps"),
+        "5 epochs of 23 steps in all: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // `best` evaluates the checkpoint with the highest val_acc of both runs.
+    let out = digits_in(dir.path(), &["test", "--trainer.ckpt_path=best"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let used = stderr(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("--trainer.ckpt_path=best: using "))
+        .map(|p| dir.path().join(p).canonicalize().unwrap())
+        .unwrap_or_else(|| panic!("{}", stderr(&out)));
+    let all: Vec<(f64, std::path::PathBuf)> = ["version_0", "version_1"]
+        .iter()
+        .flat_map(|v| {
+            std::fs::read_dir(
+                dir.path()
+                    .join("lightning_logs")
+                    .join(v)
+                    .join("checkpoints"),
+            )
+            .unwrap()
+        })
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let c = ember::trainer::checkpoint::Checkpoint::decode(&std::fs::read(&p).unwrap(), &p)
+                .unwrap();
+            (c.header.metrics["val_acc"], p)
+        })
+        .collect();
+    let best = all
+        .iter()
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, p)| p.canonicalize().unwrap())
+        .unwrap();
+    assert_eq!(used, best, "{all:?}");
+
+    let out = digits_in(
+        tempfile::tempdir().unwrap().path(),
+        &["test", "--trainer.ckpt_path=last"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("invalid --trainer.ckpt_path value `last`: no checkpoint in"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -138,9 +138,44 @@ impl EarlyStopping {
     }
 }
 
+/// What a checkpoint keeps of an EarlyStopping.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+struct SavedState {
+    best: Option<f64>,
+    wait: u64,
+    stopped_epoch: Option<u64>,
+    reason: Option<String>,
+}
+
 impl Callback for EarlyStopping {
     fn name(&self) -> &str {
         "EarlyStopping"
+    }
+
+    fn state_key(&self) -> String {
+        format!(
+            "EarlyStopping{{monitor={},mode={:?}}}",
+            self.config.monitor, self.config.mode
+        )
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(SavedState {
+            best: self.best,
+            wait: self.wait,
+            stopped_epoch: self.stopped_epoch,
+            reason: self.reason.clone(),
+        })
+        .ok()
+    }
+
+    fn load_state(&mut self, state: &serde_json::Value) -> anyhow::Result<()> {
+        let saved: SavedState = serde_json::from_value(state.clone())?;
+        self.best = saved.best;
+        self.wait = saved.wait;
+        self.stopped_epoch = saved.stopped_epoch;
+        self.reason = saved.reason;
+        Ok(())
     }
 
     fn on_validation_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {

@@ -14,6 +14,8 @@ mod progress;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
 pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingConfig};
 pub use lr_monitor::LearningRateMonitor;
@@ -91,8 +93,20 @@ pub struct TrainerState {
     pub fast_dev_run: bool,
 }
 
-/// Writes a checkpoint of the current model and optimizer to a path (during `fit`).
-pub(crate) type Saver<'a> = &'a dyn Fn(&Path, &TrainerState) -> anyhow::Result<()>;
+/// The states of `callbacks` by key.
+pub(crate) fn states_of(callbacks: &[Box<dyn Callback>]) -> CallbackStates {
+    callbacks
+        .iter()
+        .filter_map(|c| c.state().map(|s| (c.state_key(), s)))
+        .collect()
+}
+
+/// Every callback's checkpointed state, by [`Callback::state_key`].
+pub type CallbackStates = BTreeMap<String, Value>;
+
+/// Writes a checkpoint of the current model and optimizer, with the callbacks' states, to a
+/// path (during `fit`).
+pub(crate) type Saver<'a> = &'a dyn Fn(&Path, &TrainerState, &CallbackStates) -> anyhow::Result<()>;
 
 /// What a hook gets besides the state.
 pub struct CallbackContext<'a> {
@@ -101,17 +115,26 @@ pub struct CallbackContext<'a> {
     /// The run's loggers (empty on ranks other than 0).
     pub loggers: &'a mut Loggers,
     pub(crate) saver: Option<Saver<'a>>,
+    /// The callbacks' states as the hook began (written into checkpoints).
+    pub(crate) callback_states: CallbackStates,
     pub(crate) io: &'a dyn CheckpointIO,
     pub(crate) device_stats: &'a dyn Fn() -> DeviceStats,
 }
 
 impl CallbackContext<'_> {
-    /// Writes a checkpoint of the model and optimizer to `path` (only during `fit`).
+    /// Writes a checkpoint of the model and optimizer to `path` (only during `fit`), with the
+    /// callbacks' states as this hook began.
     pub fn save_checkpoint(&self, path: &Path) -> anyhow::Result<()> {
         match self.saver {
-            Some(save) => save(path, self.state),
+            Some(save) => save(path, self.state, &self.callback_states),
             None => anyhow::bail!("checkpoints can only be saved during fit"),
         }
+    }
+
+    /// Replaces one callback's state in the checkpoints this hook writes (a callback that
+    /// changes its state and then saves, as ModelCheckpoint does, records the new one).
+    pub fn update_callback_state(&mut self, key: String, state: Value) {
+        self.callback_states.insert(key, state);
     }
 
     /// Removes a checkpoint written earlier.
@@ -130,6 +153,28 @@ impl CallbackContext<'_> {
 pub trait Callback {
     /// A name for messages, e.g. `ModelCheckpoint`.
     fn name(&self) -> &str;
+
+    /// The key of this callback's state in checkpoints: its name, plus whatever tells two
+    /// callbacks of the same kind apart (ModelCheckpoint adds its monitor and directory).
+    fn state_key(&self) -> String {
+        self.name().to_owned()
+    }
+
+    /// What a checkpoint keeps of this callback (Lightning's `state_dict`); `None` for nothing.
+    fn state(&self) -> Option<Value> {
+        None
+    }
+
+    /// Restores what [`state`](Self::state) returned, when `fit` resumes from a checkpoint.
+    fn load_state(&mut self, state: &Value) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// A directory this callback writes checkpoints to, when it is not the run's default
+    /// (where `ckpt_path=last|best` also looks).
+    fn checkpoint_dirpath(&self) -> Option<PathBuf> {
+        None
+    }
 
     /// Before anything runs, in every entry point.
     fn setup(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {

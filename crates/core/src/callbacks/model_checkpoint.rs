@@ -165,14 +165,13 @@ impl ModelCheckpoint {
         let mode = self.ranking();
         if self.config.save_top_k != 0 && self.qualifies(score) {
             let path = dir.join(self.file_name(state));
-            ctx.save_checkpoint(&path)?;
             self.kept.retain(|(p, _)| p != &path);
             self.kept.push((path.clone(), score));
+            let mut evicted = Vec::new();
             let k = self.config.save_top_k;
             while k >= 0 && self.kept.len() as i64 > k {
                 let (i, _) = self.worst().expect("kept is not empty");
-                let (old, _) = self.kept.remove(i);
-                ctx.remove_checkpoint(&old)?;
+                evicted.push(self.kept.remove(i).0);
             }
             if self
                 .best
@@ -181,20 +180,73 @@ impl ModelCheckpoint {
             {
                 self.best = Some((path.clone(), score));
             }
-            self.last_model_path = Some(path);
+            self.last_model_path = Some(path.clone());
+            // The checkpoint records this callback as it is after the save.
+            if let Some(own) = self.state() {
+                ctx.update_callback_state(self.state_key(), own);
+            }
+            ctx.save_checkpoint(&path)?;
+            for old in evicted {
+                ctx.remove_checkpoint(&old)?;
+            }
         }
         if self.config.save_last {
             let path = dir.join("last.ckpt");
+            self.last_model_path = Some(path.clone());
+            if let Some(own) = self.state() {
+                ctx.update_callback_state(self.state_key(), own);
+            }
             ctx.save_checkpoint(&path)?;
-            self.last_model_path = Some(path);
         }
         Ok(())
     }
 }
 
+/// What a checkpoint keeps of a ModelCheckpoint.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+struct SavedState {
+    kept: Vec<(PathBuf, f64)>,
+    best: Option<(PathBuf, f64)>,
+    last_model_path: Option<PathBuf>,
+    last_saved_step: Option<u64>,
+}
+
 impl Callback for ModelCheckpoint {
     fn name(&self) -> &str {
         "ModelCheckpoint"
+    }
+
+    fn state_key(&self) -> String {
+        format!(
+            "ModelCheckpoint{{monitor={},mode={:?},dirpath={},filename={}}}",
+            self.config.monitor.as_deref().unwrap_or(""),
+            self.config.mode,
+            self.config
+                .dirpath
+                .as_deref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            self.config.filename.as_deref().unwrap_or("")
+        )
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(SavedState {
+            kept: self.kept.clone(),
+            best: self.best.clone(),
+            last_model_path: self.last_model_path.clone(),
+            last_saved_step: self.last_saved_step,
+        })
+        .ok()
+    }
+
+    fn load_state(&mut self, state: &serde_json::Value) -> anyhow::Result<()> {
+        let saved: SavedState = serde_json::from_value(state.clone())?;
+        self.kept = saved.kept;
+        self.best = saved.best;
+        self.last_model_path = saved.last_model_path;
+        self.last_saved_step = saved.last_saved_step;
+        Ok(())
     }
 
     fn on_validation_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
@@ -210,6 +262,10 @@ impl Callback for ModelCheckpoint {
 
     fn is_model_checkpoint(&self) -> bool {
         true
+    }
+
+    fn checkpoint_dirpath(&self) -> Option<PathBuf> {
+        self.config.dirpath.clone()
     }
 
     fn best_model_path(&self) -> Option<PathBuf> {

@@ -11,6 +11,7 @@
 //! model. See `docs/checkpoints.md`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail, ensure};
@@ -45,6 +46,8 @@ pub struct CheckpointHeader {
     pub batches_done: u64,
     /// The learning rate of the latest optimizer step.
     pub learning_rate: f64,
+    /// The run's seed (the epochs' shuffles follow from it).
+    pub seed: u64,
     /// The metrics known when it was written.
     pub metrics: BTreeMap<String, f64>,
     /// Sections other than the weights: names, byte lengths and CRC-32C checksums.
@@ -65,6 +68,8 @@ pub struct Progress {
     pub batches_done: u64,
     /// The learning rate of the latest optimizer step.
     pub learning_rate: f64,
+    /// The run's seed.
+    pub seed: u64,
 }
 
 /// A decoded checkpoint: header, weights and the other sections.
@@ -270,6 +275,61 @@ fn is_float(dtype: DType) -> bool {
     matches!(dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16)
 }
 
+/// The ember header in a safetensors file's metadata, checked: present, its checksum right,
+/// its format version this build's.
+fn parse_header(
+    metadata: Option<&HashMap<String, String>>,
+    path: &Path,
+) -> anyhow::Result<CheckpointHeader> {
+    let shown = path.display();
+    let json = metadata.and_then(|m| m.get(HEADER_KEY)).with_context(|| {
+        format!(
+            "{shown} is not an ember checkpoint (a safetensors file without the {HEADER_KEY} metadata)"
+        )
+    })?;
+    ensure!(
+        metadata
+            .and_then(|m| m.get(HEADER_CRC_KEY))
+            .and_then(|c| c.parse::<u32>().ok())
+            == Some(crc32(json.as_bytes())),
+        "{shown} has a corrupt header (checksum mismatch: damaged or flipped bytes)"
+    );
+    let header: CheckpointHeader =
+        serde_json::from_str(json).with_context(|| format!("{shown} has a corrupt header"))?;
+    ensure!(
+        header.format_version == FORMAT_VERSION,
+        "{shown} has checkpoint format version {}, this ember reads version {FORMAT_VERSION}",
+        header.format_version
+    );
+    Ok(header)
+}
+
+/// Reads only the header of the checkpoint at `path` (the first bytes of the file), to choose
+/// among checkpoints without reading their tensors.
+pub fn read_header(path: &Path) -> anyhow::Result<CheckpointHeader> {
+    let shown = path.display();
+    let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {shown}"))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .with_context(|| format!("{shown} is truncated"))?;
+    let len = usize::try_from(u64::from_le_bytes(len))?;
+    ensure!(
+        len <= MAX_HEADER_BYTES,
+        "{shown} is not an ember checkpoint (a {len}-byte header)"
+    );
+    let mut json = vec![0; len];
+    file.read_exact(&mut json)
+        .with_context(|| format!("{shown} is truncated"))?;
+    let fields: serde_json::Value = serde_json::from_slice(&json)
+        .with_context(|| format!("{shown} is not an ember checkpoint"))?;
+    let metadata: Option<HashMap<String, String>> =
+        serde_json::from_value(fields["__metadata__"].clone()).ok();
+    parse_header(metadata.as_ref(), path)
+}
+
+/// The largest safetensors header [`read_header`] reads (safetensors' own limit).
+const MAX_HEADER_BYTES: usize = 100_000_000;
+
 impl Checkpoint {
     /// Encodes progress, metrics, weights and the other sections into file bytes.
     pub fn encode(
@@ -285,6 +345,7 @@ impl Checkpoint {
             global_step: progress.global_step,
             batches_done: progress.batches_done,
             learning_rate: progress.learning_rate,
+            seed: progress.seed,
             metrics,
             sections: sections
                 .iter()
@@ -351,23 +412,7 @@ impl Checkpoint {
             }
         };
         let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(structure)?;
-        let info = metadata.metadata().as_ref();
-        let json = info.and_then(|m| m.get(HEADER_KEY)).with_context(|| {
-            format!("{shown} is not an ember checkpoint (a safetensors file without the {HEADER_KEY} metadata)")
-        })?;
-        ensure!(
-            info.and_then(|m| m.get(HEADER_CRC_KEY))
-                .and_then(|c| c.parse::<u32>().ok())
-                == Some(crc32(json.as_bytes())),
-            "{shown} has a corrupt header (checksum mismatch: damaged or flipped bytes)"
-        );
-        let header: CheckpointHeader =
-            serde_json::from_str(json).with_context(|| format!("{shown} has a corrupt header"))?;
-        ensure!(
-            header.format_version == FORMAT_VERSION,
-            "{shown} has checkpoint format version {}, this ember reads version {FORMAT_VERSION}",
-            header.format_version
-        );
+        let header = parse_header(metadata.metadata().as_ref(), path)?;
         let tensors = SafeTensors::deserialize(bytes).map_err(structure)?;
         let mut sections = BTreeMap::new();
         for (name, size, crc) in &header.sections {

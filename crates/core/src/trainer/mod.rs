@@ -6,6 +6,7 @@
 //! writing through [`Loggers`] and [`CheckpointIO`]. See `docs/trainer.md`.
 
 pub mod checkpoint;
+pub mod ckpt_path;
 pub mod data;
 pub mod ddp;
 pub mod dtype;
@@ -169,6 +170,27 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.ddp.as_ref().map(|d| d.collective.as_ref())
     }
 
+    /// The checkpoint `ckpt_path` names (`last` and `best` looked up in the run's checkpoint
+    /// directories), if one is set.
+    fn ckpt_path(&self) -> anyhow::Result<Option<PathBuf>> {
+        let Some(option) = &self.options.ckpt_path else {
+            return Ok(None);
+        };
+        let dirs = ckpt_path::search_dirs(
+            &self.options.default_root_dir,
+            self.callbacks.iter().filter_map(|c| c.checkpoint_dirpath()),
+        );
+        let path = ckpt_path::resolve(option, &dirs)?;
+        if self.is_global_zero && path.as_path() != option.as_path() {
+            eprintln!(
+                "--trainer.ckpt_path={}: using {}",
+                option.display(),
+                path.display()
+            );
+        }
+        Ok(Some(path))
+    }
+
     /// The share of every epoch this process sees.
     fn shard(&self) -> Shard {
         self.ddp.as_ref().map_or(Shard::WHOLE, |d| Shard {
@@ -297,8 +319,15 @@ impl<B: AutodiffBackend> Trainer<B> {
         let shard = self.shard();
         let train = train.sharded(shard);
         let val = data.val_loader().map(|v| v.sharded(shard));
+        let resume_from = self.ckpt_path()?;
         let mut run = self.start(Stage::Fit)?;
-        let result = self.fit_loop(&mut run, model, data.batcher(), &train, val.as_ref());
+        let result = self.fit_loop(
+            &mut run,
+            model,
+            data.batcher(),
+            (&train, val.as_ref()),
+            resume_from,
+        );
         self.finish(run, result)
     }
 
@@ -414,11 +443,11 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     fn load_weights<M: Module<Inner<B>>>(&self, model: M) -> anyhow::Result<M> {
-        let Some(path) = &self.options.ckpt_path else {
+        let Some(path) = self.ckpt_path()? else {
             return Ok(model);
         };
-        let bytes = self.checkpoint_io.load(path)?;
-        Checkpoint::decode(&bytes, path)?.load_model::<Inner<B>, M>(model, path)
+        let bytes = self.checkpoint_io.load(&path)?;
+        Checkpoint::decode(&bytes, &path)?.load_model::<Inner<B>, M>(model, &path)
     }
 
     /// Creates the loggers on first use and the state of one entry point; runs `setup`.
@@ -465,6 +494,8 @@ impl<B: AutodiffBackend> Trainer<B> {
                 Box::new(move || stats(&device))
             },
             checkpoint_io: Arc::clone(&self.checkpoint_io),
+            seed: self.seed,
+            hparams: Rc::new(self.hparams.clone()),
         };
         run.hook(None, |c, x| c.setup(x))?;
         Ok(run)
@@ -560,8 +591,8 @@ impl<B: AutodiffBackend> Trainer<B> {
         run: &mut Run,
         mut model: M,
         batcher: &Bt,
-        train: &Loader<I>,
-        val: Option<&Loader<I>>,
+        (train, val): (&Loader<I>, Option<&Loader<I>>),
+        resume_from: Option<PathBuf>,
     ) -> anyhow::Result<FitOutcome<M>>
     where
         M: TrainingModule<B>,
@@ -614,7 +645,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             SchedulerInterval::Step => f64::NAN,
         };
         let (mut epoch, mut skip) = (0, 0);
-        if let Some(path) = self.options.ckpt_path.clone() {
+        if let Some(path) = resume_from {
             let checkpoint = Checkpoint::decode(&self.checkpoint_io.load(&path)?, &path)?;
             model = checkpoint.load_model::<B, M>(model, &path)?;
             if self.mixed.is_some() {
@@ -634,7 +665,24 @@ impl<B: AutodiffBackend> Trainer<B> {
             {
                 *scaler = state;
             }
+            if let Some(bytes) = checkpoint.sections.get("callbacks") {
+                let states: callbacks::CallbackStates = serde_json::from_slice(bytes)
+                    .with_context(|| format!("{}: corrupt callbacks section", path.display()))?;
+                for c in &mut run.callbacks {
+                    if let Some(state) = states.get(&c.state_key()) {
+                        c.load_state(state).with_context(|| {
+                            format!("restoring callback {} from {}", c.name(), path.display())
+                        })?;
+                    }
+                }
+            }
             let h = &checkpoint.header;
+            if self.options.seed.is_none() {
+                // The epochs' shuffles follow from the seed: continue with the run's own.
+                self.seed = h.seed;
+                run.seed = h.seed;
+                B::seed(&self.device, h.seed);
+            }
             run.state.global_step = h.global_step;
             run.state.learning_rate = h.learning_rate;
             if interval == SchedulerInterval::Epoch {
@@ -658,10 +706,13 @@ impl<B: AutodiffBackend> Trainer<B> {
         macro_rules! fit_hook {
             ($hook:ident) => {
                 run.hook_fit(
-                    &model,
-                    &optimizer,
-                    &scheduler,
-                    self.scaler.as_ref(),
+                    &FitParts::<B, M, _, _> {
+                        model: &model,
+                        optimizer: &optimizer,
+                        scheduler: &scheduler,
+                        scaler: self.scaler.as_ref(),
+                        backend: std::marker::PhantomData,
+                    },
                     |c, x| c.$hook(x),
                 )
             };
@@ -811,15 +862,16 @@ impl<B: AutodiffBackend> Trainer<B> {
                         run.state.global_step
                     ));
                     if self.is_global_zero {
-                        save_fit_checkpoint::<B, M, _, _>(
-                            run.checkpoint_io.as_ref(),
-                            &path,
-                            &run.state,
-                            &model,
-                            &optimizer,
-                            &scheduler,
-                            self.scaler.as_ref(),
-                        )?;
+                        let parts = FitParts::<B, M, _, _> {
+                            model: &model,
+                            optimizer: &optimizer,
+                            scheduler: &scheduler,
+                            scaler: self.scaler.as_ref(),
+                            backend: std::marker::PhantomData,
+                        };
+                        let states = callbacks::states_of(&run.callbacks);
+                        let io = run.checkpoint_io.as_ref();
+                        parts.save(io, (run.seed, &run.hparams), &path, &run.state, &states)?;
                         run.checkpoint_io.wait()?;
                         eprintln!(
                             "received {signal}: stopped after step {}, checkpoint saved to {}; resume with --trainer.ckpt_path={}",
@@ -870,47 +922,65 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 }
 
-/// Writes a `fit` checkpoint: weights, optimizer, scheduler, loss scaler and progress.
-fn save_fit_checkpoint<B, M, O, S>(
-    io: &dyn CheckpointIO,
-    path: &Path,
-    state: &TrainerState,
-    model: &M,
-    optimizer: &O,
-    scheduler: &S,
-    scaler: Option<&GradScaler>,
-) -> anyhow::Result<()>
+/// What a `fit` checkpoint holds besides the loop's state: the model, the optimizer, the
+/// scheduler and the loss scaler as they are now.
+struct FitParts<'a, B, M, O, S> {
+    model: &'a M,
+    optimizer: &'a O,
+    scheduler: &'a S,
+    scaler: Option<&'a GradScaler>,
+    backend: std::marker::PhantomData<B>,
+}
+
+impl<B, M, O, S> FitParts<'_, B, M, O, S>
 where
     B: AutodiffBackend,
     M: AutodiffModule<B>,
     O: Optimizer<M, B>,
     S: LrScheduler,
 {
-    let progress = Progress {
-        epoch: state.epoch,
-        global_step: state.global_step,
-        batches_done: state.batches_done as u64,
-        learning_rate: state.learning_rate,
-    };
-    let bytes = Checkpoint::encode(
-        progress,
-        state.callback_metrics.clone(),
-        weights_of::<B, M>(model)?,
-        [
+    /// Writes a checkpoint: weights, optimizer, scheduler, loss scaler, progress, seed,
+    /// callback states and hyperparameters.
+    fn save(
+        &self,
+        io: &dyn CheckpointIO,
+        (seed, hparams): (u64, &Value),
+        path: &Path,
+        state: &TrainerState,
+        callback_states: &callbacks::CallbackStates,
+    ) -> anyhow::Result<()> {
+        let progress = Progress {
+            epoch: state.epoch,
+            global_step: state.global_step,
+            batches_done: state.batches_done as u64,
+            learning_rate: state.learning_rate,
+            seed,
+        };
+        let mut sections = vec![
             (
-                "optimizer".into(),
-                record_bytes::<B, _>(optimizer.to_record())?,
+                "optimizer".to_owned(),
+                record_bytes::<B, _>(self.optimizer.to_record())?,
             ),
             (
-                "scheduler".into(),
-                record_bytes::<B, _>(scheduler.to_record::<B>())?,
+                "scheduler".to_owned(),
+                record_bytes::<B, _>(self.scheduler.to_record::<B>())?,
             ),
-        ]
-        .into_iter()
-        .chain(scaler.map(|s| ("grad_scaler".into(), scaler_bytes(s))))
-        .collect(),
-    )?;
-    io.save(&bytes, path)
+            ("callbacks".to_owned(), serde_json::to_vec(callback_states)?),
+        ];
+        if let Some(scaler) = self.scaler {
+            sections.push(("grad_scaler".to_owned(), scaler_bytes(scaler)));
+        }
+        if !hparams.is_null() {
+            sections.push(("hparams".to_owned(), serde_json::to_vec(hparams)?));
+        }
+        let bytes = Checkpoint::encode(
+            progress,
+            state.callback_metrics.clone(),
+            weights_of::<B, M>(self.model)?,
+            sections,
+        )?;
+        io.save(&bytes, path)
+    }
 }
 
 /// The loss scaler's checkpoint section.
@@ -925,14 +995,22 @@ struct Run {
     callbacks: Vec<Box<dyn Callback>>,
     device_stats: Box<dyn Fn() -> DeviceStats>,
     checkpoint_io: Arc<dyn CheckpointIO>,
+    /// The run's seed and hyperparameters, for checkpoints.
+    seed: u64,
+    hparams: Rc<Value>,
 }
 
 impl Run {
-    fn context<'a>(&'a mut self, saver: Option<Saver<'a>>) -> CallbackContext<'a> {
+    fn context<'a>(
+        &'a mut self,
+        saver: Option<Saver<'a>>,
+        callback_states: callbacks::CallbackStates,
+    ) -> CallbackContext<'a> {
         CallbackContext {
             state: &mut self.state,
             loggers: &mut self.loggers,
             saver,
+            callback_states,
             io: self.checkpoint_io.as_ref(),
             device_stats: self.device_stats.as_ref(),
         }
@@ -945,8 +1023,12 @@ impl Run {
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let mut callbacks = std::mem::take(&mut self.callbacks);
+        let states = match saver {
+            Some(_) => callbacks::states_of(&callbacks),
+            None => callbacks::CallbackStates::new(),
+        };
         let result = (|| {
-            let mut ctx = self.context(saver);
+            let mut ctx = self.context(saver, states);
             for c in &mut callbacks {
                 f(c.as_mut(), &mut ctx).with_context(|| format!("in callback {}", c.name()))?;
             }
@@ -956,13 +1038,10 @@ impl Run {
         result
     }
 
-    /// A hook during `fit`, where callbacks may save checkpoints of `model` and `optimizer`.
+    /// A hook during `fit`, where callbacks may save checkpoints of the model and optimizer.
     fn hook_fit<B, M, O, S>(
         &mut self,
-        model: &M,
-        optimizer: &O,
-        scheduler: &S,
-        scaler: Option<&GradScaler>,
+        parts: &FitParts<'_, B, M, O, S>,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()>
     where
@@ -971,17 +1050,13 @@ impl Run {
         O: Optimizer<M, B>,
         S: LrScheduler,
     {
-        let io = Arc::clone(&self.checkpoint_io);
-        let save = |path: &Path, state: &TrainerState| {
-            save_fit_checkpoint::<B, M, O, S>(
-                io.as_ref(),
-                path,
-                state,
-                model,
-                optimizer,
-                scheduler,
-                scaler,
-            )
+        let (io, seed, hparams) = (
+            Arc::clone(&self.checkpoint_io),
+            self.seed,
+            Rc::clone(&self.hparams),
+        );
+        let save = |path: &Path, state: &TrainerState, states: &callbacks::CallbackStates| {
+            parts.save(io.as_ref(), (seed, &hparams), path, state, states)
         };
         self.hook(Some(&save), f)
     }

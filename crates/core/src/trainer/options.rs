@@ -107,7 +107,7 @@ pub const OPTION_KEYS: [(&str, &str); 27] = [
     ),
     (
         "ckpt_path",
-        "a checkpoint whose weights validate/test/predict use [default: null]",
+        "a checkpoint fit resumes from, or whose weights validate/test/predict use: a path, last or best [default: null]",
     ),
     (
         "checkpoint_io",

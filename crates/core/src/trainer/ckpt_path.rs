@@ -1,0 +1,114 @@
+//! `--trainer.ckpt_path=last|best|PATH`: which checkpoint an entry point starts from.
+//!
+//! `last` is the checkpoint with the most optimizer steps (the newest file among equals) in
+//! the run's checkpoint directories: `<default_root_dir>/lightning_logs/version_*/checkpoints`,
+//! `<default_root_dir>/checkpoints` and every ModelCheckpoint's `dirpath`. `best` is the best
+//! checkpoint that the newest one's ModelCheckpoint state records. Only headers are read to
+//! choose.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context, bail};
+
+use super::checkpoint::{Checkpoint, read_header};
+use crate::callbacks::CallbackStates;
+
+/// The checkpoint `option` names, looking for `last` and `best` in `dirs`.
+pub fn resolve(option: &Path, dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
+    match option.to_str() {
+        Some("last") => newest(dirs),
+        Some("best") => best(dirs),
+        _ => Ok(option.to_owned()),
+    }
+}
+
+/// Where a run under `root` keeps checkpoints, besides `extra` (configured `dirpath`s).
+pub fn search_dirs(root: &Path, extra: impl IntoIterator<Item = PathBuf>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("lightning_logs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|version| version.path().join("checkpoints"))
+        .collect();
+    dirs.push(root.join("checkpoints"));
+    dirs.extend(extra);
+    dirs
+}
+
+fn shown(dirs: &[PathBuf]) -> String {
+    dirs.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The checkpoint with the most steps (then the newest) in `dirs`. Files that are not
+/// readable checkpoints (temporaries, torn files) are skipped.
+fn newest(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
+    let mut found: Option<(u64, SystemTime, PathBuf)> = None;
+    for dir in dirs {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || !name.ends_with(".ckpt") {
+                continue;
+            }
+            let header = match read_header(&path) {
+                Ok(header) => header,
+                Err(e) => {
+                    tracing::warn!(target: "ember", "skipping {}: {e:#}", path.display());
+                    continue;
+                }
+            };
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            let candidate = (header.global_step, modified, path);
+            if found
+                .as_ref()
+                .is_none_or(|f| (f.0, f.1) < (candidate.0, candidate.1))
+            {
+                found = Some(candidate);
+            }
+        }
+    }
+    match found {
+        Some((_, _, path)) => Ok(path),
+        None => bail!(
+            "invalid --trainer.ckpt_path value `last`: no checkpoint in {}",
+            shown(dirs)
+        ),
+    }
+}
+
+/// The best checkpoint recorded by the newest checkpoint's ModelCheckpoint.
+fn best(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
+    let newest = newest(dirs).map_err(|_| {
+        anyhow::anyhow!(
+            "invalid --trainer.ckpt_path value `best`: no checkpoint in {}",
+            shown(dirs)
+        )
+    })?;
+    let bytes =
+        std::fs::read(&newest).with_context(|| format!("cannot read {}", newest.display()))?;
+    let checkpoint = Checkpoint::decode(&bytes, &newest)?;
+    let states: CallbackStates = checkpoint
+        .sections
+        .get("callbacks")
+        .map(|b| serde_json::from_slice(b))
+        .transpose()?
+        .unwrap_or_default();
+    states
+        .iter()
+        .filter(|(key, _)| key.starts_with("ModelCheckpoint"))
+        .filter_map(|(_, state)| state["best"][0].as_str().map(PathBuf::from))
+        .find(|path| path.is_file())
+        .with_context(|| {
+            format!(
+                "invalid --trainer.ckpt_path value `best`: the newest checkpoint, {}, records no best checkpoint that still exists",
+                newest.display()
+            )
+        })
+}
