@@ -8,7 +8,7 @@
 use burn_autodiff::Autodiff;
 use burn_wgpu::graphics::{AutoGraphicsApi, GraphicsApi};
 use burn_wgpu::{Wgpu, WgpuDevice};
-use ember_core::{Accelerator, AcceleratorKind, DeviceStats};
+use ember_core::{Accelerator, AcceleratorKind, DeviceStats, Precision};
 
 /// The backend WGPU runs train on.
 pub type WgpuBackend = Autodiff<Wgpu>;
@@ -85,6 +85,13 @@ impl Accelerator for WgpuAccelerator {
         ids.iter()
             .map(|&id| all.get(id).cloned().unwrap_or(WgpuDevice::DefaultDevice))
             .collect()
+    }
+
+    /// burn-wgpu computes in F16 at run time (WGSL's 16-bit floats; lavapipe has them too), so
+    /// 16-true and 16-mixed (f32 master weights, dynamic loss scaling) run; WGSL has no bf16, and
+    /// f64 shaders are an optional extension burn-wgpu does not use, so those are refused.
+    fn precisions() -> &'static [Precision] {
+        &[Precision::F32True, Precision::F16True, Precision::F16Mixed]
     }
 
     fn deterministic() -> Result<(), String> {

@@ -124,6 +124,65 @@ fn injected_cuda_inventory_plans_ddp_on_four_devices_and_refuses_fit() {
     }
 }
 
+/// Runs `digits` in `dir` with the machine's real inventory and wgpu's software adapters.
+#[cfg(feature = "wgpu")]
+fn digits_on_wgpu(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("EMBER_INVENTORY")
+        .env(ember::wgpu::SOFTWARE_VAR, "1")
+        .output()
+        .expect("the binary runs")
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_trains_in_16_true_and_16_mixed_and_refuses_bf16() {
+    let dir = tempfile::tempdir().unwrap();
+    let wgpu = "--trainer.accelerator=wgpu";
+    if !digits_on_wgpu(dir.path(), &["fit", wgpu, "--print-plan"])
+        .status
+        .success()
+    {
+        eprintln!("skip: no wgpu adapter (not even lavapipe) on this machine");
+        return;
+    }
+    for precision in ["16-true", "16-mixed"] {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = format!("--trainer.precision={precision}");
+        let out = digits_on_wgpu(dir.path(), &["fit", wgpu, &flag, "--trainer.max_epochs=3"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{precision}: {}", stderr(&out));
+        let acc: f64 = stdout
+            .split("val_acc ")
+            .nth(1)
+            .and_then(|rest| rest.split(';').next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("{precision}: no val_acc in {stdout}"));
+        assert!(
+            acc > 0.5,
+            "{precision} should learn something in 3 epochs: {acc}"
+        );
+        let hparams =
+            std::fs::read_to_string(dir.path().join("lightning_logs/version_0/hparams.yaml"))
+                .unwrap();
+        assert!(
+            hparams.contains(&format!("precision: {precision}")),
+            "{hparams}"
+        );
+    }
+    let out = digits_on_wgpu(dir.path(), &["fit", wgpu, "--trainer.precision=bf16-true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "accelerator wgpu cannot run bf16-true yet; it runs: 32-true, 16-true, 16-mixed"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// Runs `digits` in `dir` with a CPU-only inventory.
 fn digits_in(dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_digits"))
