@@ -601,3 +601,40 @@ fn ckpt_path_last_resumes_with_callback_states_and_best_evaluates_the_best() {
         stderr(&out)
     );
 }
+
+#[test]
+fn resuming_a_mixed_precision_run_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "fit",
+        "--trainer.precision=bf16-mixed",
+        "--trainer.max_steps=5",
+    ];
+    let out = digits_in(dir.path(), &flags);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = digits_in(
+        dir.path(),
+        &[
+            "fit",
+            "--trainer.precision=bf16-mixed",
+            "--trainer.ckpt_path=last",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot resume fit from")
+            && stderr(&out).contains("under a mixed precision yet"),
+        "{}",
+        stderr(&out)
+    );
+    // Its weights still evaluate.
+    let out = digits_in(
+        dir.path(),
+        &[
+            "test",
+            "--trainer.precision=bf16-mixed",
+            "--trainer.ckpt_path=last",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -646,6 +646,15 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         let (mut epoch, mut skip) = (0, 0);
         if let Some(path) = resume_from {
+            if let Some(low) = self.mixed {
+                // burn 0.21 rebuilds optimizer state in the device's default float type, which
+                // a mixed precision sets to the low one: the f32 masters' Adam moments would come
+                // back as {low:?} and the first step would fail.
+                anyhow::bail!(
+                    "cannot resume fit from {} under a mixed precision yet: burn 0.21 restores the optimizer's state in the device's float type ({low:?}), not in the f32 of the master weights; resume with a true precision, or load the weights only (validate/test/predict)",
+                    path.display()
+                );
+            }
             let checkpoint = Checkpoint::decode(&self.checkpoint_io.load(&path)?, &path)?;
             model = checkpoint.load_model::<B, M>(model, &path)?;
             if self.mixed.is_some() {
