@@ -5,7 +5,7 @@
 //! logged `on_epoch` every step) and reduces epoch values as Lightning does: a mean weighted
 //! by the batch size, unless another reduction is asked for.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
@@ -40,8 +40,9 @@ pub struct LogOptions {
     pub batch_size: Option<usize>,
     /// Epoch reduction.
     pub reduce: Reduce,
-    /// Reduce the epoch value across the ranks of a distributed run (otherwise each rank
-    /// keeps its own shard's value, and rank 0's is the one logged).
+    /// Reduce the value across the ranks of a distributed run: the epoch value over every
+    /// rank's shard, a step value as the mean of the ranks' (otherwise each rank keeps its own,
+    /// and rank 0's is the one logged).
     pub sync_dist: bool,
 }
 
@@ -71,7 +72,7 @@ impl LogOptions {
         self.reduce = reduce;
         self
     }
-    /// Reduce the epoch value across ranks.
+    /// Reduce the value across ranks.
     pub fn sync_dist(mut self) -> Self {
         self.sync_dist = true;
         self
@@ -230,6 +231,8 @@ pub struct MetricCollector {
     epoch: BTreeMap<String, Accumulator>,
     /// Step values of the latest logging step, by final name.
     pub step: BTreeMap<String, f64>,
+    /// The step values logged with `sync_dist`.
+    step_sync: BTreeSet<String>,
     /// Values shown in the progress bar, by final name.
     pub prog_bar: BTreeMap<String, f64>,
 }
@@ -261,6 +264,9 @@ impl MetricCollector {
                     self.prog_bar.insert(step_name.clone(), x);
                 }
                 if read_step {
+                    if options.sync_dist {
+                        self.step_sync.insert(step_name.clone());
+                    }
                     self.step.insert(step_name, x);
                 }
             }
@@ -271,6 +277,37 @@ impl MetricCollector {
                     .add(x, options.batch_size.unwrap_or(1) as f64);
             }
         }
+    }
+
+    /// The latest logging step's values, clearing them. With a collective, the values logged
+    /// with `sync_dist` are averaged over the ranks that logged them.
+    pub fn take_step(
+        &mut self,
+        collective: Option<&dyn Collective>,
+    ) -> anyhow::Result<BTreeMap<String, f64>> {
+        let mut step = std::mem::take(&mut self.step);
+        let synced = std::mem::take(&mut self.step_sync);
+        if let Some(collective) = collective {
+            let own: Vec<(&String, f64)> = synced
+                .iter()
+                .filter_map(|name| step.get(name).map(|x| (name, *x)))
+                .collect();
+            let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+            for bytes in collective.all_gather(&serde_json::to_vec(&own)?)? {
+                let rank: Vec<(String, f64)> = serde_json::from_slice(&bytes)?;
+                for (name, x) in rank {
+                    let (sum, n) = sums.entry(name).or_default();
+                    *sum += x;
+                    *n += 1.0;
+                }
+            }
+            for (name, (sum, n)) in sums {
+                if let Some(x) = step.get_mut(&name) {
+                    *x = sum / n;
+                }
+            }
+        }
+        Ok(step)
     }
 
     /// The epoch's reduced values, clearing them for the next epoch. With a collective, the
@@ -395,5 +432,18 @@ mod tests {
         assert_eq!(epoch["val_max"], 5.0);
         assert_eq!(epoch["own"], 7.0);
         assert!(collector.take_epoch(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn sync_dist_step_values_are_the_mean_of_the_ranks() {
+        let mut collector = MetricCollector::default();
+        collector.step.insert("loss".into(), 1.0);
+        collector.step.insert("own".into(), 7.0);
+        collector.step_sync.insert("loss".into());
+        let other = serde_json::to_vec(&[("loss", 3.0)]).unwrap();
+        let step = collector.take_step(Some(&TwoRanks { other })).unwrap();
+        assert_eq!(step["loss"], 2.0);
+        assert_eq!(step["own"], 7.0);
+        assert!(collector.take_step(None).unwrap().is_empty());
     }
 }

@@ -832,7 +832,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                     .progress_bar_metrics
                     .append(&mut collector.prog_bar);
                 if logging_step && !collector.step.is_empty() {
-                    let mut metrics = std::mem::take(&mut collector.step);
+                    let mut metrics = collector.take_step(self.collective())?;
                     run.state.callback_metrics.extend(metrics.clone());
                     metrics.insert("epoch".into(), epoch as f64);
                     run.loggers.log_metrics(&metrics, run.state.global_step)?;
