@@ -152,25 +152,7 @@ fn wgpu_trains_in_16_true_and_16_mixed_and_refuses_bf16() {
         let dir = tempfile::tempdir().unwrap();
         let flag = format!("--trainer.precision={precision}");
         let out = digits_on_wgpu(dir.path(), &["fit", wgpu, &flag, "--trainer.max_epochs=3"]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{precision}: {}", stderr(&out));
-        let acc: f64 = stdout
-            .split("val_acc ")
-            .nth(1)
-            .and_then(|rest| rest.split(';').next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("{precision}: no val_acc in {stdout}"));
-        assert!(
-            acc > 0.5,
-            "{precision} should learn something in 3 epochs: {acc}"
-        );
-        let hparams =
-            std::fs::read_to_string(dir.path().join("lightning_logs/version_0/hparams.yaml"))
-                .unwrap();
-        assert!(
-            hparams.contains(&format!("precision: {precision}")),
-            "{hparams}"
-        );
+        learned_in_3_epochs(dir.path(), &out, precision, precision);
     }
     let out = digits_on_wgpu(dir.path(), &["fit", wgpu, "--trainer.precision=bf16-true"]);
     assert_eq!(out.status.code(), Some(2));
@@ -181,6 +163,40 @@ fn wgpu_trains_in_16_true_and_16_mixed_and_refuses_bf16() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Asserts that a 3-epoch fit at `precision` succeeded, learned something (val_acc > 0.5; a
+/// guess is 0.1) and recorded the precision it ran (`effective`) in its hparams.
+fn learned_in_3_epochs(dir: &std::path::Path, out: &Output, precision: &str, effective: &str) {
+    assert!(out.status.success(), "{precision}: {}", stderr(out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let acc =
+        reported_val_acc(&stdout).unwrap_or_else(|| panic!("{precision}: no val_acc in {stdout}"));
+    assert!(
+        acc > 0.5,
+        "{precision} should learn something in 3 epochs: {acc}"
+    );
+    let hparams =
+        std::fs::read_to_string(dir.join("lightning_logs/version_0/hparams.yaml")).unwrap();
+    assert!(
+        hparams.contains(&format!("precision: {effective}")),
+        "{hparams}"
+    );
+}
+
+/// Asserts that a run exited with `code` and said `needle` on stderr.
+fn fails_with(out: &Output, code: i32, needle: &str) {
+    assert_eq!(out.status.code(), Some(code), "{}", stderr(out));
+    assert!(stderr(out).contains(needle), "{}", stderr(out));
+}
+
+/// The validation accuracy in `fit`'s report line (`...; val_acc 0.9749; ...`).
+fn reported_val_acc(stdout: &str) -> Option<f64> {
+    stdout
+        .split("val_acc ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|a| a.trim().parse().ok())
 }
 
 /// Runs `digits` in `dir` with a CPU-only inventory.
@@ -201,12 +217,7 @@ fn fit_trains_logs_and_checkpoints_then_test_reads_the_checkpoint() {
     assert!(out.status.success(), "{stdout}{}", stderr(&out));
     assert!(stderr(&out).contains("epoch 3/3"), "{}", stderr(&out));
     let last = stdout.lines().last().unwrap();
-    let acc: f64 = last
-        .split("val_acc ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no val_acc in {last}"));
+    let acc = reported_val_acc(last).unwrap_or_else(|| panic!("no val_acc in {last}"));
     assert!(acc > 0.85, "3 epochs should already reach 85%: {last}");
     let version = dir.path().join("lightning_logs/version_0");
     let csv = std::fs::read_to_string(version.join("metrics.csv")).unwrap();
@@ -270,12 +281,7 @@ fn bad_checkpoints_fail_clearly() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bad.ckpt"), b"not a checkpoint").unwrap();
     let out = digits_in(dir.path(), &["test", "--trainer.ckpt_path=bad.ckpt"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("bad.ckpt is not an ember checkpoint"),
-        "{}",
-        stderr(&out)
-    );
+    fails_with(&out, 1, "bad.ckpt is not an ember checkpoint");
 }
 
 #[test]
@@ -331,30 +337,12 @@ fn every_precision_trains_on_cpu_and_16_mixed_runs_as_bf16_mixed() {
         let dir = tempfile::tempdir().unwrap();
         let flag = format!("--trainer.precision={precision}");
         let out = digits_in(dir.path(), &["fit", &flag, "--trainer.max_epochs=3"]);
-        assert!(out.status.success(), "{precision}: {}", stderr(&out));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let acc: f64 = stdout
-            .split("val_acc ")
-            .nth(1)
-            .and_then(|rest| rest.split(';').next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("{precision}: no val_acc in {stdout}"));
-        assert!(
-            acc > 0.5,
-            "{precision} should learn something in 3 epochs: {acc}"
-        );
-        let hparams =
-            std::fs::read_to_string(dir.path().join("lightning_logs/version_0/hparams.yaml"))
-                .unwrap();
         let effective = if precision == "16-mixed" {
             "bf16-mixed"
         } else {
             precision
         };
-        assert!(
-            hparams.contains(&format!("precision: {effective}")),
-            "{hparams}"
-        );
+        learned_in_3_epochs(dir.path(), &out, precision, effective);
         let warned = stderr(&out).matches("using bf16-mixed instead").count();
         assert_eq!(
             warned,
@@ -594,11 +582,10 @@ fn ckpt_path_last_resumes_with_callback_states_and_best_evaluates_the_best() {
         tempfile::tempdir().unwrap().path(),
         &["test", "--trainer.ckpt_path=last"],
     );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("invalid --trainer.ckpt_path value `last`: no checkpoint in"),
-        "{}",
-        stderr(&out)
+    fails_with(
+        &out,
+        1,
+        "invalid --trainer.ckpt_path value `last`: no checkpoint in",
     );
 }
 

@@ -176,25 +176,23 @@ fn ranks_started_by_mpirun_find_the_mpi_environment() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new("mpirun")
-        .args(["--oversubscribe", "-np", "2", env!("CARGO_BIN_EXE_digits")])
-        .args([
-            "fit",
-            "--trainer.devices=1",
-            "--trainer.num_nodes=2",
-            "--print-plan",
-        ])
-        .current_dir(dir.path())
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("EMBER_INVENTORY", "")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let mut ranks: Vec<(u64, String)> = text(&out.stdout)
-        .lines()
-        .map(|l| {
-            let plan: serde_json::Value = serde_json::from_str(l).unwrap();
+    // `mpirun -np 2 digits fit --trainer.devices=1 --trainer.num_nodes=2 ARGS`.
+    let mpirun = |args: &[&str]| {
+        Command::new("mpirun")
+            .args(["--oversubscribe", "-np", "2", env!("CARGO_BIN_EXE_digits")])
+            .args(["fit", "--trainer.devices=1", "--trainer.num_nodes=2"])
+            .args(args)
+            .current_dir(dir.path())
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("EMBER_INVENTORY", "")
+            .env("RAYON_NUM_THREADS", "1")
+            .output()
+            .unwrap()
+    };
+    let mut ranks: Vec<(u64, String)> = printed_plans(&mpirun(&["--print-plan"]))
+        .into_iter()
+        .map(|plan| {
             assert_eq!(plan["world_size"], 2);
             assert_eq!(plan["strategy"], "ddp");
             (
@@ -206,21 +204,7 @@ fn ranks_started_by_mpirun_find_the_mpi_environment() {
     ranks.sort();
     assert_eq!(ranks, [(0, "mpi".to_owned()), (1, "mpi".to_owned())]);
 
-    let out = Command::new("mpirun")
-        .args(["--oversubscribe", "-np", "2", env!("CARGO_BIN_EXE_digits")])
-        .args([
-            "fit",
-            "--trainer.devices=1",
-            "--trainer.num_nodes=2",
-            "--trainer.max_epochs=3",
-        ])
-        .current_dir(dir.path())
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("EMBER_INVENTORY", "")
-        .env("RAYON_NUM_THREADS", "1")
-        .output()
-        .unwrap();
+    let out = mpirun(&["--trainer.max_epochs=3"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).matches("trained 36 steps").count(), 1);
 }
@@ -378,15 +362,18 @@ fn a_collective_that_waits_past_the_timeout_ends_the_run() {
     );
 }
 
-/// Runs digits as 2 nodes × 1 rank in two network namespaces joined by a veth pair
-/// (`scripts/test-multinode.sh`); `None` (skipped) where namespaces cannot be made.
-fn two_nodes(dir: &Path, args: &[&str]) -> Option<Output> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-multinode.sh");
+/// Runs `scripts/<script> digits fit ARGS`, a script that sets up a cluster on this machine
+/// and exits 77 where it cannot; `None` (skipped, with the script's reason) then.
+fn under_script(script: &str, dir: &Path, args: &[&str]) -> Option<Output> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(script);
     let out = Command::new(script)
-        .arg(env!("CARGO_BIN_EXE_digits"))
-        .args(["fit", "--trainer.devices=1", "--trainer.num_nodes=2"])
+        .args([env!("CARGO_BIN_EXE_digits"), "fit"])
         .args(args)
         .current_dir(dir)
+        .env("EMBER_INVENTORY", "")
+        .env("RAYON_NUM_THREADS", "1")
         .output()
         .unwrap();
     if out.status.code() == Some(77) {
@@ -394,6 +381,22 @@ fn two_nodes(dir: &Path, args: &[&str]) -> Option<Output> {
         return None;
     }
     Some(out)
+}
+
+/// The plan every rank printed (`--print-plan`), one JSON object a line.
+fn printed_plans(out: &Output) -> Vec<serde_json::Value> {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Runs digits as 2 nodes × 1 rank in two network namespaces joined by a veth pair
+/// (`scripts/test-multinode.sh`).
+fn two_nodes(dir: &Path, args: &[&str]) -> Option<Output> {
+    let flags = ["--trainer.devices=1", "--trainer.num_nodes=2"];
+    under_script("test-multinode.sh", dir, &[&flags[..], args].concat())
 }
 
 #[test]
@@ -405,11 +408,9 @@ fn two_nodes_in_network_namespaces_train_over_tcp() {
     let Some(out) = two_nodes(dir.path(), &["--print-plan"]) else {
         return;
     };
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let mut nodes: Vec<(u64, u64)> = text(&out.stdout)
-        .lines()
-        .map(|l| {
-            let plan: serde_json::Value = serde_json::from_str(l).unwrap();
+    let mut nodes: Vec<(u64, u64)> = printed_plans(&out)
+        .into_iter()
+        .map(|plan| {
             assert_eq!(plan["cluster_environment"], "mpi");
             assert_eq!(plan["world_size"], 2);
             (
@@ -436,23 +437,13 @@ fn two_nodes_in_network_namespaces_train_over_tcp() {
 }
 
 /// Runs `srun --ntasks=2 --mpi=pmix digits fit --trainer.devices=2 ARGS` under a private
-/// one-node SLURM cluster (`scripts/test-slurm.sh`); `None` (skipped) where it cannot start.
+/// one-node SLURM cluster (`scripts/test-slurm.sh`).
 fn under_slurm(dir: &Path, args: &[&str]) -> Option<Output> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-slurm.sh");
-    let out = Command::new(script)
-        .arg(env!("CARGO_BIN_EXE_digits"))
-        .args(["fit", "--trainer.devices=2"])
-        .args(args)
-        .current_dir(dir)
-        .env("EMBER_INVENTORY", "")
-        .env("RAYON_NUM_THREADS", "1")
-        .output()
-        .unwrap();
-    if out.status.code() == Some(77) {
-        eprintln!("{}", text(&out.stderr).trim());
-        return None;
-    }
-    Some(out)
+    under_script(
+        "test-slurm.sh",
+        dir,
+        &[&["--trainer.devices=2"][..], args].concat(),
+    )
 }
 
 #[test]
@@ -464,11 +455,7 @@ fn srun_ranks_find_the_slurm_environment_agree_on_the_main_address_and_train() {
     let Some(out) = under_slurm(dir.path(), &["--print-plan"]) else {
         return;
     };
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let plans: Vec<serde_json::Value> = text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let plans = printed_plans(&out);
     assert_eq!(plans.len(), 2, "one plan per rank");
     let mut ranks: Vec<u64> = plans
         .iter()
