@@ -908,3 +908,18 @@ fn tensorboard_event_files_are_valid_and_read_back_by_tensorboard() {
         .unwrap_or_else(|| panic!("no val_loss at step 8 in {text}"));
     assert!((val_loss - out.metrics["val_loss"]).abs() < 1e-6 * out.metrics["val_loss"].max(1.0));
 }
+
+#[test]
+fn a_one_process_trainer_offers_the_identity_collective() {
+    let _serial = serial();
+    let trainer = Trainer::<B>::on_device(FlexDevice, TrainerOptions::default()).unwrap();
+    let collective = trainer.collective();
+    assert_eq!((collective.rank(), collective.world_size()), (0, 1));
+    collective.barrier().unwrap();
+    assert_eq!(collective.all_gather(b"x").unwrap(), vec![b"x".to_vec()]);
+    let mut values = [1.5f32, -2.0];
+    collective
+        .all_reduce_f32(&mut values, ember::collective::ReduceOp::Sum)
+        .unwrap();
+    assert_eq!(values, [1.5, -2.0]);
+}

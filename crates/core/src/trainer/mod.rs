@@ -39,7 +39,7 @@ use crate::callbacks::{
 };
 use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::cli::Stage;
-use crate::collective::{Collective, ReduceOp};
+use crate::collective::{Collective, ReduceOp, SingleProcess};
 use crate::loggers::{Logger, Loggers};
 use crate::plan::Plan;
 use checkpoint::{Checkpoint, Progress, record_bytes, weights_of};
@@ -165,8 +165,13 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// The run's collective, for user code that needs `barrier`, `broadcast`, `all_gather` or
-    /// a reduction (`None` in a one-process run).
-    pub fn collective(&self) -> Option<&dyn Collective> {
+    /// a reduction; in a one-process run every operation is the identity ([`SingleProcess`]).
+    pub fn collective(&self) -> &dyn Collective {
+        self.ranks().unwrap_or(&SingleProcess)
+    }
+
+    /// The collective of a run with more than one process.
+    fn ranks(&self) -> Option<&dyn Collective> {
         self.ddp.as_ref().map(|d| d.collective.as_ref())
     }
 
@@ -555,7 +560,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 _ => c.on_validation_batch_end(x),
             })?;
         }
-        collector.take_epoch(self.collective())
+        collector.take_epoch(self.ranks())
     }
 
     /// The model validation runs on during `fit`: the inner module, in the compute type.
@@ -832,7 +837,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                     .progress_bar_metrics
                     .append(&mut collector.prog_bar);
                 if logging_step && !collector.step.is_empty() {
-                    let mut metrics = collector.take_step(self.collective())?;
+                    let mut metrics = collector.take_step(self.ranks())?;
                     run.state.callback_metrics.extend(metrics.clone());
                     metrics.insert("epoch".into(), epoch as f64);
                     run.loggers.log_metrics(&metrics, run.state.global_step)?;
@@ -898,7 +903,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                     break;
                 }
             }
-            let epoch_metrics = collector.take_epoch(self.collective())?;
+            let epoch_metrics = collector.take_epoch(self.ranks())?;
             run.publish(&epoch_metrics, false)?;
             if interval == SchedulerInterval::Epoch {
                 lr = scheduler.step();
