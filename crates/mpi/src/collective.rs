@@ -56,6 +56,22 @@ impl MpiCollective {
         })
     }
 
+    /// All-reduces `buf` in place, through the reused send buffer `send`.
+    fn all_reduce<T: Equivalence + Copy>(
+        &self,
+        send: &RefCell<Vec<T>>,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        let mut send = send.borrow_mut();
+        send.clear();
+        send.extend_from_slice(buf);
+        self.timed("all_reduce", || {
+            self.world.all_reduce_into(&send[..], buf, operation(op))
+        });
+        Ok(())
+    }
+
     /// Runs one collective under the watchdog.
     fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
         *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some((op, Instant::now()));
@@ -118,23 +134,11 @@ impl Collective for MpiCollective {
     }
 
     fn all_reduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> anyhow::Result<()> {
-        let mut send = self.send_f32.borrow_mut();
-        send.clear();
-        send.extend_from_slice(buf);
-        self.timed("all_reduce", || {
-            self.world.all_reduce_into(&send[..], buf, operation(op))
-        });
-        Ok(())
+        self.all_reduce(&self.send_f32, buf, op)
     }
 
     fn all_reduce_f64(&self, buf: &mut [f64], op: ReduceOp) -> anyhow::Result<()> {
-        let mut send = self.send_f64.borrow_mut();
-        send.clear();
-        send.extend_from_slice(buf);
-        self.timed("all_reduce", || {
-            self.world.all_reduce_into(&send[..], buf, operation(op))
-        });
-        Ok(())
+        self.all_reduce(&self.send_f64, buf, op)
     }
 
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()> {

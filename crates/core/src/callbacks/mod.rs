@@ -115,26 +115,33 @@ pub struct CallbackContext<'a> {
     /// The run's loggers (empty on ranks other than 0).
     pub loggers: &'a mut Loggers,
     pub(crate) saver: Option<Saver<'a>>,
-    /// The callbacks' states as the hook began (written into checkpoints).
-    pub(crate) callback_states: CallbackStates,
+    /// The other callbacks (their states go into checkpoints saved from this hook).
+    pub(crate) others: [&'a [Box<dyn Callback>]; 2],
+    /// The calling callback's own state for those checkpoints, once it gave it.
+    pub(crate) own_state: Option<(String, Value)>,
     pub(crate) io: &'a dyn CheckpointIO,
     pub(crate) device_stats: &'a dyn Fn() -> DeviceStats,
 }
 
 impl CallbackContext<'_> {
     /// Writes a checkpoint of the model and optimizer to `path` (only during `fit`), with the
-    /// callbacks' states as this hook began.
+    /// other callbacks' states and the caller's own, if it gave it
+    /// ([`record_own_state`](Self::record_own_state)). States are read only here, when a
+    /// checkpoint is written.
     pub fn save_checkpoint(&self, path: &Path) -> anyhow::Result<()> {
-        match self.saver {
-            Some(save) => save(path, self.state, &self.callback_states),
-            None => anyhow::bail!("checkpoints can only be saved during fit"),
-        }
+        let Some(save) = self.saver else {
+            anyhow::bail!("checkpoints can only be saved during fit");
+        };
+        let mut states = states_of(self.others[0]);
+        states.extend(states_of(self.others[1]));
+        states.extend(self.own_state.clone());
+        save(path, self.state, &states)
     }
 
-    /// Replaces one callback's state in the checkpoints this hook writes (a callback that
-    /// changes its state and then saves, as ModelCheckpoint does, records the new one).
-    pub fn update_callback_state(&mut self, key: String, state: Value) {
-        self.callback_states.insert(key, state);
+    /// The calling callback's state, for the checkpoints it saves in this hook (a callback
+    /// that changes its state and then saves, as ModelCheckpoint does, records the new one).
+    pub fn record_own_state(&mut self, key: String, state: Value) {
+        self.own_state = Some((key, state));
     }
 
     /// Removes a checkpoint written earlier.

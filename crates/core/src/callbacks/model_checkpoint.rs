@@ -183,7 +183,7 @@ impl ModelCheckpoint {
             self.last_model_path = Some(path.clone());
             // The checkpoint records this callback as it is after the save.
             if let Some(own) = self.state() {
-                ctx.update_callback_state(self.state_key(), own);
+                ctx.record_own_state(self.state_key(), own);
             }
             ctx.save_checkpoint(&path)?;
             for old in evicted {
@@ -194,7 +194,7 @@ impl ModelCheckpoint {
             let path = dir.join("last.ckpt");
             self.last_model_path = Some(path.clone());
             if let Some(own) = self.state() {
-                ctx.update_callback_state(self.state_key(), own);
+                ctx.record_own_state(self.state_key(), own);
             }
             ctx.save_checkpoint(&path)?;
         }

@@ -70,6 +70,10 @@ impl Callback for ProgressBar {
     }
 
     fn on_train_epoch_start(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        // One progress display per run, as Lightning's: rank 0's.
+        if !ctx.state.is_global_zero {
+            return Ok(());
+        }
         self.epoch_start = Some(Instant::now());
         if self.terminal {
             let bar = Bar::with_draw_target(
@@ -97,6 +101,9 @@ impl Callback for ProgressBar {
     }
 
     fn on_train_epoch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        if !ctx.state.is_global_zero {
+            return Ok(());
+        }
         let metrics = metrics_text(&ctx.state.progress_bar_metrics);
         match self.bar.take() {
             Some(bar) => {

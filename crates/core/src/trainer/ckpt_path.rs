@@ -77,7 +77,7 @@ fn newest(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
     match found {
         Some((_, _, path)) => Ok(path),
         None => bail!(
-            "invalid --trainer.ckpt_path value `last`: no checkpoint in {}",
+            "invalid --trainer.ckpt_path value `last`: no checkpoint in {}; give a checkpoint path, or use last/best once a run has written checkpoints there",
             shown(dirs)
         ),
     }
@@ -87,7 +87,7 @@ fn newest(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
 fn best(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
     let newest = newest(dirs).map_err(|_| {
         anyhow::anyhow!(
-            "invalid --trainer.ckpt_path value `best`: no checkpoint in {}",
+            "invalid --trainer.ckpt_path value `best`: no checkpoint in {}; give a checkpoint path, or use last/best once a run has written checkpoints there",
             shown(dirs)
         )
     })?;
@@ -107,7 +107,7 @@ fn best(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
         .find(|path| path.is_file())
         .with_context(|| {
             format!(
-                "invalid --trainer.ckpt_path value `best`: the newest checkpoint, {}, records no best checkpoint that still exists",
+                "invalid --trainer.ckpt_path value `best`: the newest checkpoint, {}, records no best checkpoint that still exists; use last or a checkpoint path",
                 newest.display()
             )
         })

@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
@@ -103,7 +104,7 @@ impl Ddp {
         model: &M,
         grads: &mut GradientsParams,
     ) -> anyhow::Result<()> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let mut take = TakeGrads::<B> {
             grads,
             taken: Vec::new(),
@@ -115,36 +116,10 @@ impl Ddp {
         };
         let (wide, narrow): (Vec<usize>, Vec<usize>) =
             (0..taken.len()).partition(|&i| taken[i].1.dtype == DType::F64);
-        let mut bytes = 0;
-        let mut in_collective = std::time::Duration::ZERO;
-        let mut flat = self.scratch_f32.borrow_mut();
-        for bucket in buckets(&narrow, &taken, 4, self.bucket_cap_bytes) {
-            flat.clear();
-            for &i in &bucket {
-                let data = &taken[i].1;
-                match data.as_slice::<f32>() {
-                    Ok(values) => flat.extend_from_slice(values),
-                    Err(_) => flat.extend(data.clone().convert_dtype(DType::F32).iter::<f32>()),
-                }
-            }
-            let reducing = std::time::Instant::now();
-            self.collective.all_reduce_f32(&mut flat, ReduceOp::Sum)?;
-            in_collective += reducing.elapsed();
-            bytes += flat.len() * 4;
-            scatter_mean(&bucket, &mut taken, &flat, self.world_size() as f32)?;
-        }
-        let mut flat = self.scratch_f64.borrow_mut();
-        for bucket in buckets(&wide, &taken, 8, self.bucket_cap_bytes) {
-            flat.clear();
-            for &i in &bucket {
-                flat.extend_from_slice(taken[i].1.as_slice::<f64>()?);
-            }
-            let reducing = std::time::Instant::now();
-            self.collective.all_reduce_f64(&mut flat, ReduceOp::Sum)?;
-            in_collective += reducing.elapsed();
-            bytes += flat.len() * 8;
-            scatter_mean(&bucket, &mut taken, &flat, self.world_size() as f64)?;
-        }
+        let (narrow_bytes, narrow_wait) =
+            self.reduce_buckets(&narrow, &mut taken, &self.scratch_f32)?;
+        let (wide_bytes, wide_wait) = self.reduce_buckets(&wide, &mut taken, &self.scratch_f64)?;
+        let (bytes, in_collective) = (narrow_bytes + wide_bytes, narrow_wait + wide_wait);
         model.visit(&mut PutGrads::<B> {
             grads,
             data: taken.into_iter().collect(),
@@ -158,6 +133,69 @@ impl Ddp {
             in_collective.as_secs_f64() * 1e3
         );
         Ok(())
+    }
+
+    /// Averages the gradients at `indices` of `taken` in `E`, bucket by bucket through
+    /// `scratch`; returns the bytes reduced and the time spent in the collective.
+    fn reduce_buckets<E: Wire>(
+        &self,
+        indices: &[usize],
+        taken: &mut [(ParamId, TensorData)],
+        scratch: &RefCell<Vec<E>>,
+    ) -> anyhow::Result<(usize, Duration)> {
+        let mut flat = scratch.borrow_mut();
+        let (mut bytes, mut waited) = (0, Duration::ZERO);
+        for bucket in buckets(indices, taken, size_of::<E>(), self.bucket_cap_bytes) {
+            flat.clear();
+            for &i in &bucket {
+                E::append(&taken[i].1, &mut flat)?;
+            }
+            let reducing = Instant::now();
+            E::sum(self.collective.as_ref(), &mut flat)?;
+            waited += reducing.elapsed();
+            bytes += flat.len() * size_of::<E>();
+            scatter_mean(&bucket, taken, &flat, E::from_count(self.world_size()))?;
+        }
+        Ok((bytes, waited))
+    }
+}
+
+/// A float type gradients travel in: f64 for f64 gradients, f32 for every other float type.
+trait Wire: burn::tensor::Element + std::ops::Div<Output = Self> {
+    /// `n` in this type.
+    fn from_count(n: usize) -> Self;
+    /// Appends `data`'s values.
+    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()>;
+    /// Sums `buf` over the ranks.
+    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()>;
+}
+
+impl Wire for f32 {
+    fn from_count(n: usize) -> Self {
+        n as f32
+    }
+    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()> {
+        match data.as_slice::<f32>() {
+            Ok(values) => flat.extend_from_slice(values),
+            Err(_) => flat.extend(data.clone().convert_dtype(DType::F32).iter::<f32>()),
+        }
+        Ok(())
+    }
+    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
+        collective.all_reduce_f32(buf, ReduceOp::Sum)
+    }
+}
+
+impl Wire for f64 {
+    fn from_count(n: usize) -> Self {
+        n as f64
+    }
+    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()> {
+        flat.extend_from_slice(data.as_slice::<f64>()?);
+        Ok(())
+    }
+    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
+        collective.all_reduce_f64(buf, ReduceOp::Sum)
     }
 }
 
@@ -189,7 +227,7 @@ fn buckets(
 
 /// Puts a summed bucket back into the gradients it came from, divided by `n`, in their
 /// own dtypes.
-fn scatter_mean<E: burn::tensor::Element + std::ops::Div<Output = E>>(
+fn scatter_mean<E: Wire>(
     bucket: &[usize],
     taken: &mut [(ParamId, TensorData)],
     flat: &[E],

@@ -156,10 +156,6 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.seed = ddp.broadcast_u64(self.seed)?;
         B::seed(&self.device, self.seed);
         self.is_global_zero = ddp.rank() == 0;
-        if !self.is_global_zero {
-            // One progress display per run, as Lightning's: rank 0's.
-            self.callbacks.retain(|c| c.name() != "ProgressBar");
-        }
         self.ddp = Some(ddp);
         Ok(self)
     }
@@ -1018,13 +1014,14 @@ impl Run {
     fn context<'a>(
         &'a mut self,
         saver: Option<Saver<'a>>,
-        callback_states: callbacks::CallbackStates,
+        others: [&'a [Box<dyn Callback>]; 2],
     ) -> CallbackContext<'a> {
         CallbackContext {
             state: &mut self.state,
             loggers: &mut self.loggers,
             saver,
-            callback_states,
+            others,
+            own_state: None,
             io: self.checkpoint_io.as_ref(),
             device_stats: self.device_stats.as_ref(),
         }
@@ -1037,13 +1034,12 @@ impl Run {
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let mut callbacks = std::mem::take(&mut self.callbacks);
-        let states = match saver {
-            Some(_) => callbacks::states_of(&callbacks),
-            None => callbacks::CallbackStates::new(),
-        };
         let result = (|| {
-            let mut ctx = self.context(saver, states);
-            for c in &mut callbacks {
+            for i in 0..callbacks.len() {
+                // The others stay readable: a checkpoint saved from this hook records their states.
+                let (before, rest) = callbacks.split_at_mut(i);
+                let (c, after) = rest.split_first_mut().expect("i is below the length");
+                let mut ctx = self.context(saver, [&*before, &*after]);
                 f(c.as_mut(), &mut ctx).with_context(|| format!("in callback {}", c.name()))?;
             }
             Ok(())
