@@ -18,7 +18,9 @@ cargo xtask <task>
                      wgpu: build + tests (lavapipe when no GPU); prints backend x result
   bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
   bench overhead [ROUNDS]       the Trainer vs a hand-written burn loop (digits, cpu)
-  bench precision [ROUNDS]      steps/s of digits at each precision the cpu runs
+  bench precision [ROUNDS] [--accelerator cpu|cuda|wgpu] [--hidden W,..] [--batch N]
+                     [--steps N]   steps/s of a wide MLP at each precision the
+                     accelerator runs (cuda/wgpu are built in when named)
   bench ddp [ROUNDS]            samples/s of 1 and 2 ddp ranks (wide MLP, cpu, OpenMPI)
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
@@ -64,6 +66,14 @@ fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
             false
         }
     }
+}
+
+/// The value of `--accelerator NAME` or `--accelerator=NAME` among benchmark arguments.
+fn accelerator_flag<'a>(args: &[&'a str]) -> Option<&'a str> {
+    args.iter().enumerate().find_map(|(i, arg)| match *arg {
+        "--accelerator" => args.get(i + 1).copied(),
+        _ => arg.strip_prefix("--accelerator="),
+    })
 }
 
 fn setup() -> bool {
@@ -199,7 +209,13 @@ fn main() -> ExitCode {
                 run("cargo", &cargo, &[])
             }
             Some(&name @ ("overhead" | "precision" | "ddp")) => {
-                let mut cargo = vec!["bench", "-p", "digits", "--bench", name, "--"];
+                let mut cargo = vec!["bench", "-p", "digits", "--bench", name];
+                // `--accelerator cuda|wgpu` needs that accelerator built in.
+                let feature = accelerator_flag(&rest[1..]).filter(|a| *a != "cpu");
+                if let Some(feature) = feature {
+                    cargo.extend(["--features", feature]);
+                }
+                cargo.push("--");
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }

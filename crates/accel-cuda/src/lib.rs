@@ -7,7 +7,7 @@
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use cudarc::driver::{CudaContext, result, sys};
-use ember_core::{Accelerator, AcceleratorKind, DeviceStats};
+use ember_core::{Accelerator, AcceleratorKind, DeviceStats, Precision};
 
 /// The backend CUDA runs train on.
 pub type CudaBackend = Autodiff<Cuda>;
@@ -56,6 +56,20 @@ impl Accelerator for CudaAccelerator {
 
     fn parallel_devices(ids: &[usize]) -> Vec<CudaDevice> {
         ids.iter().map(|&index| CudaDevice::new(index)).collect()
+    }
+
+    /// burn-cuda computes in F16 and BF16 at run time (cubecl registers both for every CUDA
+    /// device), so 16-true, bf16-true and both mixed precisions run; 16-mixed uses dynamic loss
+    /// scaling. cubecl-cuda 0.10 leaves F64 out of the types it registers (its matmul failed
+    /// with `CUDA_ERROR_INVALID_VALUE`), so 64-true is refused at plan time.
+    fn precisions() -> &'static [Precision] {
+        &[
+            Precision::F32True,
+            Precision::F16True,
+            Precision::Bf16True,
+            Precision::F16Mixed,
+            Precision::Bf16Mixed,
+        ]
     }
 
     fn deterministic() -> Result<(), String> {

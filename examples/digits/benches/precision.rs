@@ -1,72 +1,242 @@
-//! Steps/s of digits training at each precision the cpu accelerator runs.
+//! Training steps/s at each precision an accelerator runs, on a matmul-bound MLP.
 //!
-//! `cargo xtask bench precision [ROUNDS]`. A process trains in one float type per device, so
-//! every measurement runs in a child process (this binary again, with
-//! `EMBER_BENCH_PRECISION` set); rounds alternate over the precisions. The last line is
-//! `bf16-mixed/32-true speed: X.XXx` (medians).
+//! `cargo xtask bench precision [ROUNDS] [--accelerator cpu|cuda|wgpu] [--hidden W,W,…]
+//! [--batch N] [--steps N]`. The model is the digits MLP made wide, trained with Adam on the
+//! digits images; its size defaults to the accelerator's kind (cpu: 64-1024-1024-10 at batch
+//! 256; GPUs: 64-8192-8192-8192-10, 135 M parameters, at batch 1437, the whole training split),
+//! so that the matrix products dominate a step. A process trains in one float type per
+//! device, so every measurement runs in a child process (this binary again, with
+//! `EMBER_BENCH_PRECISION` set), which first trains a few warm-up steps (kernel compilation,
+//! autotuning) and then times `--steps` steps, synchronising the device before the clock
+//! stops; under a mixed precision it then times the Trainer's per-step cast of the weights
+//! alone. Rounds alternate over the precisions. The last line is
+//! `bf16-mixed/32-true speed: X.XXx` (medians; 16-mixed where the accelerator has no bf16).
 
 use std::process::Command;
+use std::time::Instant;
 
+use anyhow::{Context, bail, ensure};
+use burn::module::Module;
+use burn::tensor::backend::Backend;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
-use ember::cpu::CpuAccelerator;
-use ember::{Accelerator, DataModule, Plan, Precision, Stage, Trainer, TrainerOptions};
+use ember::trainer::dtype;
+use ember::trainer::options::Limit;
+use ember::{
+    Accelerator, AcceleratorKind, DataModule, Plan, Precision, Stage, Trainer, TrainerOptions,
+};
 
-const EPOCHS: u64 = 10;
 const CHILD: &str = "EMBER_BENCH_PRECISION";
+const WARMUP_STEPS: u64 = 3;
 
-type B = <CpuAccelerator as Accelerator>::Backend;
+/// What to measure, from the command line.
+struct Args {
+    rounds: usize,
+    accelerator: String,
+    hidden: Option<Vec<usize>>,
+    batch: Option<usize>,
+    steps: Option<u64>,
+}
+
+impl Args {
+    fn parse() -> anyhow::Result<Self> {
+        let mut args = Args {
+            rounds: 3,
+            accelerator: "cpu".into(),
+            hidden: None,
+            batch: None,
+            steps: None,
+        };
+        // `cargo bench` adds `--bench`; every other word is ours.
+        let words: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|a| a != "--bench")
+            .collect();
+        let mut words = words.iter();
+        while let Some(word) = words.next() {
+            let (flag, inline) = match word.split_once('=') {
+                Some((flag, value)) => (flag, Some(value.to_owned())),
+                None => (word.as_str(), None),
+            };
+            if !flag.starts_with("--") {
+                args.rounds = number("ROUNDS", word)?;
+                continue;
+            }
+            let value = match inline {
+                Some(value) => value,
+                None => words
+                    .next()
+                    .cloned()
+                    .with_context(|| format!("{flag} needs a value"))?,
+            };
+            match flag {
+                "--accelerator" => args.accelerator = value,
+                "--hidden" => {
+                    let widths: Vec<usize> = value
+                        .split(',')
+                        .map(|w| number("--hidden", w))
+                        .collect::<anyhow::Result<_>>()?;
+                    args.hidden = Some(widths);
+                }
+                "--batch" => args.batch = Some(number("--batch", &value)?),
+                "--steps" => args.steps = Some(number("--steps", &value)?),
+                other => bail!(
+                    "unknown flag {other}; allowed: ROUNDS, --accelerator, --hidden, --batch, --steps"
+                ),
+            }
+        }
+        Ok(args)
+    }
+}
+
+/// A positive integer, or an error naming the flag and the value.
+fn number<T: std::str::FromStr + PartialOrd + Default>(
+    flag: &str,
+    value: &str,
+) -> anyhow::Result<T> {
+    match value.trim().parse::<T>() {
+        Ok(n) if n > T::default() => Ok(n),
+        _ => bail!("{flag}: `{value}` is not allowed; expected an integer > 0"),
+    }
+}
+
+/// The model and step count a run measures.
+struct Workload {
+    hidden: Vec<usize>,
+    batch: usize,
+    steps: u64,
+}
+
+impl Workload {
+    /// The defaults for an accelerator kind, overridden by the flags.
+    fn new(kind: AcceleratorKind, args: &Args) -> Self {
+        let (hidden, batch, steps) = match kind {
+            AcceleratorKind::Cpu => (vec![1024, 1024], 256, 20),
+            _ => (vec![8192, 8192, 8192], 1437, 50),
+        };
+        Workload {
+            hidden: args.hidden.clone().unwrap_or(hidden),
+            batch: args.batch.unwrap_or(batch),
+            steps: args.steps.unwrap_or(steps),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let widths: Vec<String> = self.hidden.iter().map(usize::to_string).collect();
+        format!(
+            "MLP 64-{}-10, batch {}, Adam, {} timed steps after {WARMUP_STEPS} warm-up",
+            widths.join("-"),
+            self.batch,
+            self.steps
+        )
+    }
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-/// Trains digits at `precision` and prints its steps/s (training only).
-fn child(precision: Precision) -> anyhow::Result<()> {
-    let plan = Plan::local(CpuAccelerator::name(), precision);
+/// Trains `steps` steps of the workload at `precision` on device 0; returns the wall seconds
+/// and the trained model.
+fn fit<A: Accelerator>(
+    trainer_precision: Precision,
+    work: &Workload,
+    steps: u64,
+) -> anyhow::Result<(f64, DigitsModel<A::Backend>)> {
+    let plan = Plan::local(A::name(), trainer_precision);
     let options = TrainerOptions {
         seed: Some(42),
-        max_epochs: Some(EPOCHS),
-        limit_val_batches: ember::trainer::options::Limit::Batches(0),
+        max_steps: Some(steps),
+        // One batch per epoch: every step sees a full batch.
+        limit_train_batches: Limit::Batches(1),
+        limit_val_batches: Limit::Batches(0),
+        num_sanity_val_steps: Some(0),
         enable_progress_bar: false,
         enable_checkpointing: false,
         logger: Vec::new(),
         ..TrainerOptions::default()
     };
-    let mut trainer = Trainer::<B>::new::<CpuAccelerator>(&plan, options)?;
-    let mut data = DigitsData::new(DataConfig::default());
+    let mut trainer = Trainer::<A::Backend>::new::<A>(&plan, options)?;
+    let mut data = DigitsData::new(DataConfig {
+        batch_size: work.batch,
+        ..DataConfig::default()
+    });
     data.setup(Stage::Fit)?;
-    let model = DigitsModel::<B>::new(&ModelConfig::default(), trainer.device());
+    let config = ModelConfig {
+        hidden: work.hidden.clone(),
+        ..ModelConfig::default()
+    };
+    let model = DigitsModel::<A::Backend>::new(&config, trainer.device());
+    A::Backend::sync(trainer.device())?;
+    let start = Instant::now();
     let out = trainer.fit(model, &mut data)?;
-    println!("{}", out.global_step as f64 / out.seconds);
+    A::Backend::sync(trainer.device())?;
+    let seconds = start.elapsed().as_secs_f64();
+    ensure!(
+        out.global_step == steps,
+        "{trainer_precision}: trained {} steps, not {steps}",
+        out.global_step
+    );
+    Ok((seconds, out.model))
+}
+
+/// The child: warm up, then print the timed run's steps/s and, for a mixed precision, the
+/// milliseconds of the Trainer's per-step cast of the f32 weights to the compute type.
+fn child<A: Accelerator>(precision: Precision, work: &Workload) -> anyhow::Result<()> {
+    fit::<A>(precision, work, WARMUP_STEPS)?;
+    let (seconds, model) = fit::<A>(precision, work, work.steps)?;
+    let mut line = format!("{}", work.steps as f64 / seconds);
+    if let Some(low) = dtype::mixed_dtype(precision) {
+        let device = model.devices()[0].clone();
+        let start = Instant::now();
+        for _ in 0..work.steps {
+            drop(dtype::compute(model.clone(), low));
+            A::Backend::sync(&device)?;
+        }
+        let per_cast = start.elapsed().as_secs_f64() / work.steps as f64;
+        line.push_str(&format!(" {}", per_cast * 1e3));
+    }
+    println!("{line}");
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
-    if let Ok(name) = std::env::var(CHILD) {
-        return child(Precision::parse(&name)?);
-    }
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(5);
-    let precisions = CpuAccelerator::precisions();
+/// The parent: alternate child runs over the precisions and summarise.
+fn parent<A: Accelerator>(args: &Args, work: &Workload) -> anyhow::Result<()> {
+    ensure!(
+        A::is_available(),
+        "--accelerator {}: no device of it on this machine",
+        A::name()
+    );
+    let precisions = A::precisions();
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); precisions.len()];
+    let mut casts: Vec<Vec<f64>> = vec![Vec::new(); precisions.len()];
     let exe = std::env::current_exe()?;
-    for round in 0..rounds {
+    println!("{} on {}: {}", A::name(), A::description(), work.describe());
+    for round in 0..args.rounds {
         let mut line = format!("round {round}:");
-        for (i, p) in precisions.iter().enumerate() {
-            let out = Command::new(&exe).env(CHILD, p.name()).output()?;
-            anyhow::ensure!(
+        // Rotate the starting precision so that none always runs first.
+        for k in 0..precisions.len() {
+            let i = (k + round) % precisions.len();
+            let p = precisions[i];
+            let out = Command::new(&exe)
+                .args(std::env::args().skip(1))
+                .env(CHILD, p.name())
+                .output()?;
+            ensure!(
                 out.status.success(),
                 "{p}: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            let steps: f64 = String::from_utf8_lossy(&out.stdout).trim().parse()?;
-            line.push_str(&format!(" {p} {steps:.0}"));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let mut numbers = stdout.split_whitespace().map(str::parse::<f64>);
+            let steps = numbers.next().context("no steps/s from the child")??;
+            line.push_str(&format!(" {p} {steps:.1}"));
             results[i].push(steps);
+            if let Some(cast_ms) = numbers.next() {
+                casts[i].push(cast_ms?);
+            }
         }
         println!("{line} steps/s");
     }
@@ -75,14 +245,51 @@ fn main() -> anyhow::Result<()> {
     let summary: Vec<String> = precisions
         .iter()
         .zip(&medians)
-        .map(|(p, m)| format!("{p} {m:.0}"))
+        .map(|(p, m)| format!("{p} {m:.1}"))
         .collect();
-    println!(
-        "median steps/s on cpu (burn-flex, digits MLP, batch 64, Adam, {EPOCHS} epochs): {}",
-        summary.join(", ")
-    );
-    if let (Some(bf16), Some(f32)) = (of(Precision::Bf16Mixed), of(Precision::F32True)) {
-        println!("bf16-mixed/32-true speed: {:.2}x", bf16 / f32);
+    println!("median steps/s: {}", summary.join(", "));
+    for (i, p) in precisions.iter().enumerate() {
+        if !casts[i].is_empty() {
+            let cast_ms = median(casts[i].clone());
+            let step_ms = 1e3 / medians[i];
+            println!(
+                "{p}: casting the f32 weights for a step takes {cast_ms:.2} ms of a {step_ms:.2} ms step ({:.1}%)",
+                cast_ms / step_ms * 100.0
+            );
+        }
+    }
+    let f32 = of(Precision::F32True).context("every accelerator runs 32-true")?;
+    match [Precision::Bf16Mixed, Precision::F16Mixed]
+        .into_iter()
+        .find_map(|p| of(p).map(|m| (p, m)))
+    {
+        Some((p, m)) => println!("{p}/32-true speed: {:.2}x", m / f32),
+        None => println!("{}: no mixed precision to compare", A::name()),
     }
     Ok(())
+}
+
+fn run<A: Accelerator>(args: &Args) -> anyhow::Result<()> {
+    let work = Workload::new(A::kind(), args);
+    match std::env::var(CHILD) {
+        Ok(name) => child::<A>(Precision::parse(&name)?, &work),
+        Err(_) => parent::<A>(args, &work),
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse()?;
+    match args.accelerator.as_str() {
+        "cpu" => run::<ember::cpu::CpuAccelerator>(&args),
+        #[cfg(feature = "cuda")]
+        "cuda" => run::<ember::cuda::CudaAccelerator>(&args),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => run::<ember::wgpu::WgpuAccelerator>(&args),
+        other => bail!(
+            "--accelerator: `{other}` is not built into this bench; allowed: cpu{}{} \
+             (`cargo xtask bench precision --accelerator NAME` builds NAME in)",
+            if cfg!(feature = "cuda") { ", cuda" } else { "" },
+            if cfg!(feature = "wgpu") { ", wgpu" } else { "" },
+        ),
+    }
 }

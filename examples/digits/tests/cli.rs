@@ -124,6 +124,51 @@ fn injected_cuda_inventory_plans_ddp_on_four_devices_and_refuses_fit() {
     }
 }
 
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_plans_its_five_precisions_refuses_64_true_and_trains_them_where_a_gpu_is() {
+    let cuda = "--trainer.accelerator=cuda";
+    let runs = ["32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"];
+    for precision in runs {
+        let flag = format!("--trainer.precision={precision}");
+        let out = digits(
+            &["fit", cuda, &flag, "--print-plan"],
+            &[("EMBER_INVENTORY", "cuda=1")],
+        );
+        assert!(out.status.success(), "{precision}: {}", stderr(&out));
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // 16-mixed stays 16-mixed on a GPU (loss scaling); only cpu turns it into bf16-mixed.
+        assert_eq!(plan["precision"], precision);
+    }
+    let out = digits(
+        &["fit", cuda, "--trainer.precision=64-true", "--print-plan"],
+        &[("EMBER_INVENTORY", "cuda=1")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "accelerator cuda cannot run 64-true yet; it runs: 32-true, 16-true, bf16-true, 16-mixed, bf16-mixed"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    if ember::cuda::cuda_device_count() == 0 {
+        eprintln!("skip: no CUDA device here; checked the plans only, not training on cuda");
+        return;
+    }
+    for precision in runs {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = format!("--trainer.precision={precision}");
+        let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+            .args(["fit", cuda, &flag, "--trainer.max_epochs=3"])
+            .current_dir(dir.path())
+            .env_remove("EMBER_INVENTORY")
+            .output()
+            .expect("the binary runs");
+        learned_in_3_epochs(dir.path(), &out, precision, precision);
+    }
+}
+
 /// Runs `digits` in `dir` with the machine's real inventory and wgpu's software adapters.
 #[cfg(feature = "wgpu")]
 fn digits_on_wgpu(dir: &std::path::Path, args: &[&str]) -> Output {
