@@ -18,6 +18,8 @@ use std::time::Instant;
 use anyhow::{Context, bail, ensure};
 use burn::module::Module;
 use burn::tensor::backend::Backend;
+use clap::Parser;
+use clap::builder::RangedU64ValueParser;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
@@ -30,75 +32,32 @@ use ember::{
 const CHILD: &str = "EMBER_BENCH_PRECISION";
 const WARMUP_STEPS: u64 = 3;
 
-/// What to measure, from the command line.
+/// Training steps/s at each precision an accelerator runs (`cargo xtask bench precision`).
+#[derive(Parser)]
 struct Args {
+    /// Rounds over the precisions.
+    #[arg(default_value_t = 3, value_parser = positive())]
     rounds: usize,
+    /// The accelerator to measure (cuda and wgpu must be built in).
+    #[arg(long, default_value = "cpu")]
     accelerator: String,
+    /// Hidden widths of the MLP (default by accelerator kind).
+    #[arg(long, value_delimiter = ',', value_parser = positive())]
     hidden: Option<Vec<usize>>,
+    /// Images per step (default by accelerator kind).
+    #[arg(long, value_parser = positive())]
     batch: Option<usize>,
+    /// Timed steps per run (default by accelerator kind).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     steps: Option<u64>,
+    /// Added by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
-impl Args {
-    fn parse() -> anyhow::Result<Self> {
-        let mut args = Args {
-            rounds: 3,
-            accelerator: "cpu".into(),
-            hidden: None,
-            batch: None,
-            steps: None,
-        };
-        // `cargo bench` adds `--bench`; every other word is ours.
-        let words: Vec<String> = std::env::args()
-            .skip(1)
-            .filter(|a| a != "--bench")
-            .collect();
-        let mut words = words.iter();
-        while let Some(word) = words.next() {
-            let (flag, inline) = match word.split_once('=') {
-                Some((flag, value)) => (flag, Some(value.to_owned())),
-                None => (word.as_str(), None),
-            };
-            if !flag.starts_with("--") {
-                args.rounds = number("ROUNDS", word)?;
-                continue;
-            }
-            let value = match inline {
-                Some(value) => value,
-                None => words
-                    .next()
-                    .cloned()
-                    .with_context(|| format!("{flag} needs a value"))?,
-            };
-            match flag {
-                "--accelerator" => args.accelerator = value,
-                "--hidden" => {
-                    let widths: Vec<usize> = value
-                        .split(',')
-                        .map(|w| number("--hidden", w))
-                        .collect::<anyhow::Result<_>>()?;
-                    args.hidden = Some(widths);
-                }
-                "--batch" => args.batch = Some(number("--batch", &value)?),
-                "--steps" => args.steps = Some(number("--steps", &value)?),
-                other => bail!(
-                    "unknown flag {other}; allowed: ROUNDS, --accelerator, --hidden, --batch, --steps"
-                ),
-            }
-        }
-        Ok(args)
-    }
-}
-
-/// A positive integer, or an error naming the flag and the value.
-fn number<T: std::str::FromStr + PartialOrd + Default>(
-    flag: &str,
-    value: &str,
-) -> anyhow::Result<T> {
-    match value.trim().parse::<T>() {
-        Ok(n) if n > T::default() => Ok(n),
-        _ => bail!("{flag}: `{value}` is not allowed; expected an integer > 0"),
-    }
+/// Parses an integer > 0.
+fn positive() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..)
 }
 
 /// The model and step count a run measures.
@@ -278,7 +237,7 @@ fn run<A: Accelerator>(args: &Args) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse()?;
+    let args = Args::parse();
     match args.accelerator.as_str() {
         "cpu" => run::<ember::cpu::CpuAccelerator>(&args),
         #[cfg(feature = "cuda")]
