@@ -15,11 +15,12 @@
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use clap::Parser;
-use clap::builder::RangedU64ValueParser;
+use clap::builder::{PossibleValuesParser, RangedU64ValueParser};
+use clap::error::ErrorKind;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
@@ -38,8 +39,9 @@ struct Args {
     /// Rounds over the precisions.
     #[arg(default_value_t = 3, value_parser = positive())]
     rounds: usize,
-    /// The accelerator to measure (cuda and wgpu must be built in).
-    #[arg(long, default_value = "cpu")]
+    /// The accelerator to measure (`cargo xtask bench precision --accelerator cuda|wgpu`
+    /// builds those in).
+    #[arg(long, default_value = "cpu", value_parser = PossibleValuesParser::new(BUILT_IN))]
     accelerator: String,
     /// Hidden widths of the MLP (default by accelerator kind).
     #[arg(long, value_delimiter = ',', value_parser = positive())]
@@ -54,6 +56,15 @@ struct Args {
     #[arg(long, hide = true)]
     bench: bool,
 }
+
+/// The accelerators this build of the bench can measure.
+const BUILT_IN: &[&str] = &[
+    "cpu",
+    #[cfg(feature = "cuda")]
+    "cuda",
+    #[cfg(feature = "wgpu")]
+    "wgpu",
+];
 
 /// Parses an integer > 0.
 fn positive() -> RangedU64ValueParser<usize> {
@@ -163,11 +174,17 @@ fn child<A: Accelerator>(precision: Precision, work: &Workload) -> anyhow::Resul
 
 /// The parent: alternate child runs over the precisions and summarise.
 fn parent<A: Accelerator>(args: &Args, work: &Workload) -> anyhow::Result<()> {
-    ensure!(
-        A::is_available(),
-        "--accelerator {}: no device of it on this machine",
-        A::name()
-    );
+    if !A::is_available() {
+        // Exits 2, as for any other bad flag value.
+        clap::Error::raw(
+            ErrorKind::InvalidValue,
+            format!(
+                "invalid value '{}' for '--accelerator': no device of it on this machine; cpu always is\n",
+                A::name()
+            ),
+        )
+        .exit();
+    }
     let precisions = A::precisions();
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); precisions.len()];
     let mut casts: Vec<Vec<f64>> = vec![Vec::new(); precisions.len()];
@@ -244,11 +261,6 @@ fn main() -> anyhow::Result<()> {
         "cuda" => run::<ember::cuda::CudaAccelerator>(&args),
         #[cfg(feature = "wgpu")]
         "wgpu" => run::<ember::wgpu::WgpuAccelerator>(&args),
-        other => bail!(
-            "--accelerator: `{other}` is not built into this bench; allowed: cpu{}{} \
-             (`cargo xtask bench precision --accelerator NAME` builds NAME in)",
-            if cfg!(feature = "cuda") { ", cuda" } else { "" },
-            if cfg!(feature = "wgpu") { ", wgpu" } else { "" },
-        ),
+        other => unreachable!("clap admits only {BUILT_IN:?}, not {other}"),
     }
 }

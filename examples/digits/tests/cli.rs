@@ -159,26 +159,28 @@ fn cuda_plans_its_five_precisions_refuses_64_true_and_trains_them_where_a_gpu_is
     for precision in runs {
         let dir = tempfile::tempdir().unwrap();
         let flag = format!("--trainer.precision={precision}");
-        let out = Command::new(env!("CARGO_BIN_EXE_digits"))
-            .args(["fit", cuda, &flag, "--trainer.max_epochs=3"])
-            .current_dir(dir.path())
-            .env_remove("EMBER_INVENTORY")
-            .output()
-            .expect("the binary runs");
+        let args = ["fit", cuda, &flag, "--trainer.max_epochs=3"];
+        let out = digits_on_this_machine(dir.path(), &args, &[]);
         learned_in_3_epochs(dir.path(), &out, precision, precision);
     }
+}
+
+/// Runs `digits` in `dir` with the machine's real inventory, and `env`.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+fn digits_on_this_machine(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("EMBER_INVENTORY")
+        .envs(env.iter().copied())
+        .output()
+        .expect("the binary runs")
 }
 
 /// Runs `digits` in `dir` with the machine's real inventory and wgpu's software adapters.
 #[cfg(feature = "wgpu")]
 fn digits_on_wgpu(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_digits"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("EMBER_INVENTORY")
-        .env(ember::wgpu::SOFTWARE_VAR, "1")
-        .output()
-        .expect("the binary runs")
+    digits_on_this_machine(dir, args, &[(ember::wgpu::SOFTWARE_VAR, "1")])
 }
 
 #[cfg(feature = "wgpu")]

@@ -204,9 +204,14 @@ fn ranks_started_by_mpirun_find_the_mpi_environment() {
     ranks.sort();
     assert_eq!(ranks, [(0, "mpi".to_owned()), (1, "mpi".to_owned())]);
 
-    let out = mpirun(&["--trainer.max_epochs=3"]);
+    trained_3_epochs_once(&mpirun(&["--trainer.max_epochs=3"]));
+}
+
+/// Asserts that a 2-rank, 3-epoch digits run succeeded and reported once (rank 0): 36 steps.
+fn trained_3_epochs_once(out: &Output) {
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).matches("trained 36 steps").count(), 1);
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.matches("trained 36 steps").count(), 1, "{stdout}");
 }
 
 /// The pids of the digits ranks whose parent chain leads to `launcher`, by rank.
@@ -431,9 +436,7 @@ fn two_nodes_in_network_namespaces_train_over_tcp() {
         ],
     )
     .expect("the namespaces were made a moment ago");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    assert_eq!(stdout.matches("trained 36 steps").count(), 1, "{stdout}");
+    trained_3_epochs_once(&out);
 }
 
 /// Runs `srun --ntasks=2 --mpi=pmix digits fit --trainer.devices=2 ARGS` under a private
@@ -478,9 +481,7 @@ fn srun_ranks_find_the_slurm_environment_agree_on_the_main_address_and_train() {
         ],
     )
     .expect("the cluster started a moment ago");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    assert_eq!(stdout.matches("trained 36 steps").count(), 1, "{stdout}");
+    trained_3_epochs_once(&out);
 }
 
 #[test]

@@ -51,8 +51,10 @@ impl EarlyStoppingConfig {
 }
 
 /// Stops `fit` after `patience` validation checks without improvement of `monitor`.
-#[derive(Debug, Clone)]
+/// Everything but the config is its checkpointed state (Lightning's `state_dict`).
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
 pub struct EarlyStopping {
+    #[serde(skip)]
     config: EarlyStoppingConfig,
     best: Option<f64>,
     wait: u64,
@@ -138,15 +140,6 @@ impl EarlyStopping {
     }
 }
 
-/// What a checkpoint keeps of an EarlyStopping.
-#[derive(Debug, Clone, serde::Serialize, Deserialize)]
-struct SavedState {
-    best: Option<f64>,
-    wait: u64,
-    stopped_epoch: Option<u64>,
-    reason: Option<String>,
-}
-
 impl Callback for EarlyStopping {
     fn name(&self) -> &str {
         "EarlyStopping"
@@ -160,21 +153,15 @@ impl Callback for EarlyStopping {
     }
 
     fn state(&self) -> Option<serde_json::Value> {
-        serde_json::to_value(SavedState {
-            best: self.best,
-            wait: self.wait,
-            stopped_epoch: self.stopped_epoch,
-            reason: self.reason.clone(),
-        })
-        .ok()
+        serde_json::to_value(self).ok()
     }
 
     fn load_state(&mut self, state: &serde_json::Value) -> anyhow::Result<()> {
-        let saved: SavedState = serde_json::from_value(state.clone())?;
-        self.best = saved.best;
-        self.wait = saved.wait;
-        self.stopped_epoch = saved.stopped_epoch;
-        self.reason = saved.reason;
+        let saved: Self = serde_json::from_value(state.clone())?;
+        *self = Self {
+            config: self.config.clone(),
+            ..saved
+        };
         Ok(())
     }
 

@@ -45,8 +45,10 @@ impl Default for ModelCheckpointConfig {
 
 /// Saves checkpoints at the end of validation (or of the training epoch when there is no
 /// validation), keeping the `save_top_k` best by `monitor`.
-#[derive(Debug, Clone)]
+/// Everything but the config is its checkpointed state (Lightning's `state_dict`).
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
 pub struct ModelCheckpoint {
+    #[serde(skip)]
     config: ModelCheckpointConfig,
     kept: Vec<(PathBuf, f64)>,
     last_saved_step: Option<u64>,
@@ -202,15 +204,6 @@ impl ModelCheckpoint {
     }
 }
 
-/// What a checkpoint keeps of a ModelCheckpoint.
-#[derive(Debug, Clone, serde::Serialize, Deserialize)]
-struct SavedState {
-    kept: Vec<(PathBuf, f64)>,
-    best: Option<(PathBuf, f64)>,
-    last_model_path: Option<PathBuf>,
-    last_saved_step: Option<u64>,
-}
-
 impl Callback for ModelCheckpoint {
     fn name(&self) -> &str {
         "ModelCheckpoint"
@@ -231,21 +224,15 @@ impl Callback for ModelCheckpoint {
     }
 
     fn state(&self) -> Option<serde_json::Value> {
-        serde_json::to_value(SavedState {
-            kept: self.kept.clone(),
-            best: self.best.clone(),
-            last_model_path: self.last_model_path.clone(),
-            last_saved_step: self.last_saved_step,
-        })
-        .ok()
+        serde_json::to_value(self).ok()
     }
 
     fn load_state(&mut self, state: &serde_json::Value) -> anyhow::Result<()> {
-        let saved: SavedState = serde_json::from_value(state.clone())?;
-        self.kept = saved.kept;
-        self.best = saved.best;
-        self.last_model_path = saved.last_model_path;
-        self.last_saved_step = saved.last_saved_step;
+        let saved: Self = serde_json::from_value(state.clone())?;
+        *self = Self {
+            config: self.config.clone(),
+            ..saved
+        };
         Ok(())
     }
 

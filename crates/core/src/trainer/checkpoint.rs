@@ -10,11 +10,11 @@
 //! file and what is wrong; loading weights checks their names, shapes and dtypes against the
 //! model. See `docs/checkpoints.md`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::path::Path;
 
-use anyhow::{Context, anyhow, bail, ensure};
+use anyhow::{Context, anyhow, ensure};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
 use burn::tensor::backend::Backend;
@@ -153,7 +153,7 @@ struct LoadWeights<'a> {
     path: Vec<String>,
     weights: &'a BTreeMap<String, TensorData>,
     ids: HashMap<&'a str, u64>,
-    loaded: Vec<String>,
+    loaded: BTreeSet<String>,
     errors: Vec<String>,
 }
 
@@ -175,7 +175,7 @@ impl LoadWeights<'_> {
         }
         let data = match data.dtype {
             d if d == dtype => data.clone(),
-            d if is_float(d) && is_float(dtype) => data.clone().convert_dtype(dtype),
+            d if d.is_float() && dtype.is_float() => data.clone().convert_dtype(dtype),
             d => {
                 self.errors
                     .push(format!("{name} is {d:?}, the model's parameter {dtype:?}"));
@@ -183,7 +183,7 @@ impl LoadWeights<'_> {
             }
         };
         let id = self.ids.get(name.as_str()).copied().map(ParamId::from);
-        self.loaded.push(name);
+        self.loaded.insert(name);
         Some((data, id))
     }
 }
@@ -233,46 +233,37 @@ fn crc32(bytes: &[u8]) -> u32 {
     CASTAGNOLI.checksum(bytes)
 }
 
+/// The dtypes a checkpoint holds: burn's and safetensors' names for each.
+const DTYPES: [(DType, Dtype); 12] = [
+    (DType::F64, Dtype::F64),
+    (DType::F32, Dtype::F32),
+    (DType::F16, Dtype::F16),
+    (DType::BF16, Dtype::BF16),
+    (DType::I64, Dtype::I64),
+    (DType::I32, Dtype::I32),
+    (DType::I16, Dtype::I16),
+    (DType::I8, Dtype::I8),
+    (DType::U64, Dtype::U64),
+    (DType::U32, Dtype::U32),
+    (DType::U16, Dtype::U16),
+    (DType::U8, Dtype::U8),
+];
+
 /// The safetensors name of a burn dtype.
 fn to_safetensors(dtype: DType) -> anyhow::Result<Dtype> {
-    Ok(match dtype {
-        DType::F64 => Dtype::F64,
-        DType::F32 => Dtype::F32,
-        DType::F16 => Dtype::F16,
-        DType::BF16 => Dtype::BF16,
-        DType::I64 => Dtype::I64,
-        DType::I32 => Dtype::I32,
-        DType::I16 => Dtype::I16,
-        DType::I8 => Dtype::I8,
-        DType::U64 => Dtype::U64,
-        DType::U32 => Dtype::U32,
-        DType::U16 => Dtype::U16,
-        DType::U8 => Dtype::U8,
-        other => bail!("a checkpoint cannot hold {other:?} tensors"),
-    })
+    DTYPES
+        .iter()
+        .find(|(burn, _)| *burn == dtype)
+        .map(|&(_, st)| st)
+        .with_context(|| format!("a checkpoint cannot hold {dtype:?} tensors"))
 }
 
 /// The burn dtype of a safetensors one.
 fn from_safetensors(dtype: Dtype) -> Option<DType> {
-    Some(match dtype {
-        Dtype::F64 => DType::F64,
-        Dtype::F32 => DType::F32,
-        Dtype::F16 => DType::F16,
-        Dtype::BF16 => DType::BF16,
-        Dtype::I64 => DType::I64,
-        Dtype::I32 => DType::I32,
-        Dtype::I16 => DType::I16,
-        Dtype::I8 => DType::I8,
-        Dtype::U64 => DType::U64,
-        Dtype::U32 => DType::U32,
-        Dtype::U16 => DType::U16,
-        Dtype::U8 => DType::U8,
-        _ => return None,
-    })
-}
-
-fn is_float(dtype: DType) -> bool {
-    matches!(dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16)
+    DTYPES
+        .iter()
+        .find(|(_, st)| *st == dtype)
+        .map(|&(burn, _)| burn)
 }
 
 /// The ember header in a safetensors file's metadata, checked: present, its checksum right,
@@ -491,14 +482,14 @@ impl Checkpoint {
                 .iter()
                 .map(|(name, _, id)| (name.as_str(), *id))
                 .collect(),
-            loaded: Vec::new(),
+            loaded: BTreeSet::new(),
             errors: Vec::new(),
         };
         let model = model.map(&mut load);
         let unused: Vec<&str> = self
             .weights
             .keys()
-            .filter(|name| !load.loaded.contains(name))
+            .filter(|name| !load.loaded.contains(*name))
             .map(String::as_str)
             .collect();
         if !unused.is_empty() && load.errors.is_empty() {

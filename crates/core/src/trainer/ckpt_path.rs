@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 use super::checkpoint::{Checkpoint, read_header};
 use crate::callbacks::CallbackStates;
@@ -36,11 +36,13 @@ pub fn search_dirs(root: &Path, extra: impl IntoIterator<Item = PathBuf>) -> Vec
     dirs
 }
 
-fn shown(dirs: &[PathBuf]) -> String {
-    dirs.iter()
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+/// The error for `last` or `best` when `dirs` hold no checkpoint.
+fn none_in(value: &str, dirs: &[PathBuf]) -> anyhow::Error {
+    let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    anyhow::anyhow!(
+        "invalid --trainer.ckpt_path value `{value}`: no checkpoint in {}; give a checkpoint path, or use last/best once a run has written checkpoints there",
+        dirs.join(", ")
+    )
 }
 
 /// The checkpoint with the most steps (then the newest) in `dirs`. Files that are not
@@ -74,23 +76,14 @@ fn newest(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
             }
         }
     }
-    match found {
-        Some((_, _, path)) => Ok(path),
-        None => bail!(
-            "invalid --trainer.ckpt_path value `last`: no checkpoint in {}; give a checkpoint path, or use last/best once a run has written checkpoints there",
-            shown(dirs)
-        ),
-    }
+    found
+        .map(|(_, _, path)| path)
+        .ok_or_else(|| none_in("last", dirs))
 }
 
 /// The best checkpoint recorded by the newest checkpoint's ModelCheckpoint.
 fn best(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
-    let newest = newest(dirs).map_err(|_| {
-        anyhow::anyhow!(
-            "invalid --trainer.ckpt_path value `best`: no checkpoint in {}; give a checkpoint path, or use last/best once a run has written checkpoints there",
-            shown(dirs)
-        )
-    })?;
+    let newest = newest(dirs).map_err(|_| none_in("best", dirs))?;
     let bytes =
         std::fs::read(&newest).with_context(|| format!("cannot read {}", newest.display()))?;
     let checkpoint = Checkpoint::decode(&bytes, &newest)?;

@@ -716,13 +716,12 @@ impl<B: AutodiffBackend> Trainer<B> {
         macro_rules! fit_hook {
             ($hook:ident) => {
                 run.hook_fit(
-                    &FitParts::<B, M, _, _> {
-                        model: &model,
-                        optimizer: &optimizer,
-                        scheduler: &scheduler,
-                        scaler: self.scaler.as_ref(),
-                        backend: std::marker::PhantomData,
-                    },
+                    &FitParts::<B, M, _, _>::new(
+                        &model,
+                        &optimizer,
+                        &scheduler,
+                        self.scaler.as_ref(),
+                    ),
                     |c, x| c.$hook(x),
                 )
             };
@@ -872,13 +871,12 @@ impl<B: AutodiffBackend> Trainer<B> {
                         run.state.global_step
                     ));
                     if self.is_global_zero {
-                        let parts = FitParts::<B, M, _, _> {
-                            model: &model,
-                            optimizer: &optimizer,
-                            scheduler: &scheduler,
-                            scaler: self.scaler.as_ref(),
-                            backend: std::marker::PhantomData,
-                        };
+                        let parts = FitParts::<B, M, _, _>::new(
+                            &model,
+                            &optimizer,
+                            &scheduler,
+                            self.scaler.as_ref(),
+                        );
                         let states = callbacks::states_of(&run.callbacks);
                         let io = run.checkpoint_io.as_ref();
                         parts.save(io, (run.seed, &run.hparams), &path, &run.state, &states)?;
@@ -942,13 +940,28 @@ struct FitParts<'a, B, M, O, S> {
     backend: std::marker::PhantomData<B>,
 }
 
-impl<B, M, O, S> FitParts<'_, B, M, O, S>
+impl<'a, B, M, O, S> FitParts<'a, B, M, O, S>
 where
     B: AutodiffBackend,
     M: AutodiffModule<B>,
     O: Optimizer<M, B>,
     S: LrScheduler,
 {
+    fn new(
+        model: &'a M,
+        optimizer: &'a O,
+        scheduler: &'a S,
+        scaler: Option<&'a GradScaler>,
+    ) -> Self {
+        Self {
+            model,
+            optimizer,
+            scheduler,
+            scaler,
+            backend: std::marker::PhantomData,
+        }
+    }
+
     /// Writes a checkpoint: weights, optimizer, scheduler, loss scaler, progress, seed,
     /// callback states and hyperparameters.
     fn save(
