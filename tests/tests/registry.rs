@@ -31,7 +31,9 @@ fn a23_registering_a_name_twice_suggests_the_override() {
     );
     assert!(
         ember::Registry::<WhoRuns>::new()
-            .register_strategy(ember::StrategyInfo::new("ddp", "again", true))
+            .register_strategy(ember::StrategyInfo::new("ddp", "again", true), |parts| Ok(
+                Box::new(ember::Ddp::new(parts))
+            ))
             .is_err()
     );
 }

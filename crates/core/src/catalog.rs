@@ -1,6 +1,10 @@
-//! What the connector knows about registered accelerators and strategies, independent of any job.
+//! What the connector knows about registered accelerators, strategies, plugins and cluster
+//! environments, independent of any job (names, descriptions, rules; no factories).
+
+use std::sync::Arc;
 
 use crate::accelerator::{Accelerator, AcceleratorKind};
+use crate::cluster::{ClusterEnvironment, builtin_environments};
 use crate::devices::DevicesFlag;
 use crate::error::list;
 use crate::precision::Precision;
@@ -54,13 +58,39 @@ fn probe<A: Accelerator>() -> usize {
     }
 }
 
-/// Registered accelerators and strategies, in registration order.
-#[derive(Debug, Clone)]
+/// What a plugin named in `--trainer.plugins` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginKind {
+    /// A precision plugin building on this named precision.
+    Precision(Precision),
+    /// A checkpoint IO.
+    CheckpointIo,
+}
+
+/// A registered precision plugin or checkpoint IO (cluster environments are listed apart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// Selection name (lowercase).
+    pub name: String,
+    /// One line for `--help`.
+    pub description: String,
+    /// What it is.
+    pub kind: PluginKind,
+}
+
+/// Registered accelerators, strategies, plugins and cluster environments, in registration order.
+#[derive(Clone)]
 pub struct Catalog {
     /// Accelerators.
     pub accelerators: Vec<AcceleratorSpec>,
     /// Strategies.
     pub strategies: Vec<StrategyInfo>,
+    /// Precision plugins and checkpoint IOs registered by name (the six named precisions and
+    /// `sync`/`async` checkpointing are built in and not listed).
+    pub plugins: Vec<PluginInfo>,
+    /// Cluster environments in detection order: those the application registered, then the
+    /// built-ins (local last).
+    pub cluster_environments: Vec<Arc<dyn ClusterEnvironment>>,
 }
 
 impl Default for Catalog {
@@ -68,7 +98,23 @@ impl Default for Catalog {
         Self {
             accelerators: Vec::new(),
             strategies: builtin_strategies(),
+            plugins: Vec::new(),
+            cluster_environments: builtin_environments(),
         }
+    }
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("accelerators", &self.accelerators)
+            .field("strategies", &self.strategies)
+            .field("plugins", &self.plugins)
+            .field(
+                "cluster_environments",
+                &self.cluster_environment_names().collect::<Vec<_>>(),
+            )
+            .finish()
     }
 }
 
@@ -81,6 +127,31 @@ impl Catalog {
     /// The strategy registered under `name` (lowercase).
     pub fn strategy(&self, name: &str) -> Option<&StrategyInfo> {
         self.strategies.iter().find(|s| s.name == name)
+    }
+
+    /// The precision plugin or checkpoint IO registered under `name` (lowercase).
+    pub fn plugin(&self, name: &str) -> Option<&PluginInfo> {
+        self.plugins.iter().find(|p| p.name == name)
+    }
+
+    /// The cluster environment registered under `name` (lowercase).
+    pub fn cluster_environment(&self, name: &str) -> Option<&Arc<dyn ClusterEnvironment>> {
+        self.cluster_environments.iter().find(|e| e.name() == name)
+    }
+
+    /// Cluster environment names, in detection order.
+    pub fn cluster_environment_names(&self) -> impl Iterator<Item = &str> {
+        self.cluster_environments.iter().map(|e| e.name())
+    }
+
+    /// Every name `--trainer.plugins` accepts: registered plugins and cluster environments.
+    pub fn plugin_choices(&self) -> String {
+        list(
+            self.plugins
+                .iter()
+                .map(|p| p.name.as_str())
+                .chain(self.cluster_environment_names()),
+        )
     }
 
     /// `auto, gpu, cpu, cuda, ...`: every name `--trainer.accelerator` accepts.

@@ -251,6 +251,7 @@ where
                     }
                 };
                 let _installed = collective.clone().map(collective::install);
+                let _plugins = crate::plugins::install(registry.plugin_factories().clone());
                 let job = make_job(Invocation {
                     stage,
                     trainer,
@@ -405,6 +406,26 @@ fn names_help(catalog: &crate::Catalog, defaults: &Value) -> String {
             .iter()
             .map(|s| (s.name.as_str(), s.description.as_str())),
     );
+    let precisions = crate::precision::Precision::ALL
+        .iter()
+        .map(|p| (p.name(), "built in"))
+        .chain(catalog.plugins.iter().filter_map(|p| match p.kind {
+            crate::catalog::PluginKind::Precision(_) => {
+                Some((p.name.as_str(), p.description.as_str()))
+            }
+            crate::catalog::PluginKind::CheckpointIo => None,
+        }));
+    let environments = std::iter::once(("auto", "detect, in this order:")).chain(
+        catalog
+            .cluster_environments
+            .iter()
+            .map(|e| (e.name(), e.description())),
+    );
+    let checkpoint_ios = catalog
+        .plugins
+        .iter()
+        .filter(|p| p.kind == crate::catalog::PluginKind::CheckpointIo)
+        .map(|p| (p.name.as_str(), p.description.as_str()));
     let mut text = String::new();
     for (title, rows) in [
         (
@@ -412,7 +433,22 @@ fn names_help(catalog: &crate::Catalog, defaults: &Value) -> String {
             accelerators.collect::<Vec<_>>(),
         ),
         ("Strategies (--trainer.strategy):", strategies.collect()),
+        (
+            "Precisions (--trainer.precision, or a plugin in --trainer.plugins):",
+            precisions.collect(),
+        ),
+        (
+            "Cluster environments (--trainer.cluster_environment, or --trainer.plugins):",
+            environments.collect(),
+        ),
+        (
+            "Checkpoint IO plugins (--trainer.plugins):",
+            checkpoint_ios.collect(),
+        ),
     ] {
+        if rows.is_empty() {
+            continue;
+        }
         let _ = writeln!(text, "{title}");
         for (name, description) in rows {
             let _ = writeln!(text, "  {name:<14}{description}");

@@ -4,9 +4,9 @@
 //! process environment, so every rule is testable with a literal map.
 
 use std::collections::BTreeMap;
-use std::fmt;
+use std::sync::Arc;
 
-use crate::error::{FlagError, PlanResult, list};
+use crate::error::{FlagError, PlanResult};
 
 /// A snapshot of environment variables.
 pub type Env = BTreeMap<String, String>;
@@ -16,128 +16,221 @@ pub const DEFAULT_MAIN_ADDRESS: &str = "127.0.0.1";
 /// Port used when no environment names one (torch's default rendezvous port).
 pub const DEFAULT_MAIN_PORT: u16 = 29500;
 
-/// Where a run's processes come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClusterEnvironment {
-    /// ember's own local launcher starts one process per device (or the user did, setting
-    /// `LOCAL_RANK`/`NODE_RANK` by hand).
-    Local,
-    /// Started by `torchrun` / torch elastic.
-    TorchElastic,
-    /// Started by SLURM's `srun`.
-    Slurm,
-    /// Started by IBM LSF's `jsrun`.
-    Lsf,
-    /// Started by `mpirun`/`mpiexec` (OpenMPI, MPICH, Intel MPI).
-    Mpi,
-    /// A Kubeflow PyTorchJob: one process per pod.
-    Kubeflow,
-}
+/// Name of the environment ember's own launcher (or a user setting `LOCAL_RANK` by hand) runs in.
+pub const LOCAL: &str = "local";
 
-impl ClusterEnvironment {
-    /// Every environment, in detection order (local last: it always matches).
-    pub const ALL: [ClusterEnvironment; 6] = [
-        ClusterEnvironment::TorchElastic,
-        ClusterEnvironment::Slurm,
-        ClusterEnvironment::Lsf,
-        ClusterEnvironment::Mpi,
-        ClusterEnvironment::Kubeflow,
-        ClusterEnvironment::Local,
-    ];
-
+/// Where a run's processes come from, and each process's place in the world.
+///
+/// Implement it for a scheduler ember does not know and register it
+/// ([`Registry::register_cluster_environment`](crate::Registry::register_cluster_environment));
+/// it is then detected (in registration order, before the built-ins) and selectable as
+/// `--trainer.cluster_environment=NAME` or `--trainer.plugins=[NAME]`. Implementations read
+/// only the `env` map they are given, never the process environment, so every rule is
+/// testable with a literal map. `MASTER_ADDR` and `MASTER_PORT` override whatever
+/// [`ranks`](Self::ranks) derives, for every environment.
+pub trait ClusterEnvironment: Send + Sync {
     /// The name used by `--trainer.cluster_environment` and in plans.
-    pub fn name(self) -> &'static str {
-        match self {
-            ClusterEnvironment::Local => "local",
-            ClusterEnvironment::TorchElastic => "torchelastic",
-            ClusterEnvironment::Slurm => "slurm",
-            ClusterEnvironment::Lsf => "lsf",
-            ClusterEnvironment::Mpi => "mpi",
-            ClusterEnvironment::Kubeflow => "kubeflow",
-        }
-    }
+    fn name(&self) -> &str;
 
-    /// Parses `--trainer.cluster_environment`: `auto` (detect) or one environment's name.
-    pub fn parse_choice(value: &str) -> PlanResult<Option<Self>> {
-        let v = value.trim().to_ascii_lowercase();
-        if v == "auto" {
-            return Ok(None);
-        }
-        Self::ALL
-            .into_iter()
-            .find(|e| e.name() == v)
-            .map(Some)
-            .ok_or_else(|| {
-                FlagError::new(
-                    "--trainer.cluster_environment",
-                    value,
-                    format!(
-                        "unknown cluster environment; allowed: auto, {}",
-                        list(Self::ALL.map(Self::name))
-                    ),
-                )
-            })
-    }
-
-    /// Detects the environment from variables, in the documented order.
-    pub fn detect(env: &Env) -> Self {
-        Self::ALL
-            .into_iter()
-            .find(|e| e.matches(env))
-            .unwrap_or(ClusterEnvironment::Local)
-    }
+    /// One line for `--help`.
+    fn description(&self) -> &str;
 
     /// Whether the variables say this environment started the process.
-    pub fn matches(self, env: &Env) -> bool {
-        let has = |k: &str| env.contains_key(k);
-        match self {
-            ClusterEnvironment::TorchElastic => has("TORCHELASTIC_RUN_ID"),
-            ClusterEnvironment::Slurm => {
-                let interactive = matches!(
-                    env.get("SLURM_JOB_NAME").map(String::as_str),
-                    Some("bash" | "interactive")
-                );
-                has("SLURM_NTASKS") && !interactive
-            }
-            ClusterEnvironment::Lsf => has("LSB_JOBID") && has("JSM_NAMESPACE_SIZE"),
-            ClusterEnvironment::Mpi => {
-                has("OMPI_COMM_WORLD_SIZE") || (has("PMI_SIZE") && has("PMI_RANK"))
-            }
-            ClusterEnvironment::Kubeflow => [
-                "KUBERNETES_PORT",
-                "MASTER_ADDR",
-                "MASTER_PORT",
-                "WORLD_SIZE",
-                "RANK",
-            ]
-            .iter()
-            .all(|k| has(k)),
-            ClusterEnvironment::Local => true,
-        }
+    fn detect(&self, env: &Env) -> bool;
+
+    /// Whether something other than ember started the processes (so ember launches none, and
+    /// the flags must describe the world the environment started).
+    fn creates_processes_externally(&self) -> bool {
+        true
     }
 
-    /// Whether something other than ember started the processes (so ember launches none).
-    pub fn creates_processes_externally(self) -> bool {
-        self != ClusterEnvironment::Local
-    }
+    /// This process's world size, ranks and rendezvous address, given the per-node device
+    /// count and node count the flags ask for.
+    fn ranks(&self, env: &Env, devices_per_node: usize, num_nodes: usize) -> PlanResult<Ranks>;
 
-    /// This process's ranks, given the per-node device count and node count the flags ask for.
-    pub fn ranks(self, env: &Env, devices_per_node: usize, num_nodes: usize) -> PlanResult<Ranks> {
-        let ranks = match self {
-            ClusterEnvironment::Local => local_ranks(env, devices_per_node, num_nodes)?,
-            ClusterEnvironment::TorchElastic => torchelastic_ranks(env)?,
-            ClusterEnvironment::Slurm => slurm_ranks(env)?,
-            ClusterEnvironment::Lsf => lsf_ranks(env, devices_per_node)?,
-            ClusterEnvironment::Mpi => mpi_ranks(env)?,
-            ClusterEnvironment::Kubeflow => kubeflow_ranks(env)?,
-        };
-        ranks.with_overrides(env)
+    /// Refuses flags this environment cannot honour (e.g. several devices per Kubeflow pod).
+    fn validate(&self, devices_per_node: usize) -> PlanResult<()> {
+        let _ = devices_per_node;
+        Ok(())
     }
 }
 
-impl fmt::Display for ClusterEnvironment {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+/// ember's own local launcher starts one process per device (or the user did, setting
+/// `LOCAL_RANK`/`NODE_RANK` by hand). Always detected: it is the fallback.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalEnvironment;
+
+/// Started by `torchrun` / torch elastic.
+#[derive(Debug, Clone, Copy)]
+pub struct TorchElasticEnvironment;
+
+/// Started by SLURM's `srun`.
+#[derive(Debug, Clone, Copy)]
+pub struct SlurmEnvironment;
+
+/// Started by IBM LSF's `jsrun`.
+#[derive(Debug, Clone, Copy)]
+pub struct LsfEnvironment;
+
+/// Started by `mpirun`/`mpiexec` (OpenMPI, MPICH, Intel MPI).
+#[derive(Debug, Clone, Copy)]
+pub struct MpiEnvironment;
+
+/// A Kubeflow PyTorchJob: one process per pod.
+#[derive(Debug, Clone, Copy)]
+pub struct KubeflowEnvironment;
+
+/// The built-in environments, in detection order (local last: it always matches).
+pub fn builtin_environments() -> Vec<Arc<dyn ClusterEnvironment>> {
+    vec![
+        Arc::new(TorchElasticEnvironment),
+        Arc::new(SlurmEnvironment),
+        Arc::new(LsfEnvironment),
+        Arc::new(MpiEnvironment),
+        Arc::new(KubeflowEnvironment),
+        Arc::new(LocalEnvironment),
+    ]
+}
+
+/// The first of `environments` (in order) whose variables are set; `local` when none is.
+pub fn detect<'a>(
+    environments: &'a [Arc<dyn ClusterEnvironment>],
+    env: &Env,
+) -> Option<&'a Arc<dyn ClusterEnvironment>> {
+    environments
+        .iter()
+        .find(|e| e.detect(env))
+        .or_else(|| environments.iter().find(|e| e.name() == LOCAL))
+}
+
+/// This process's ranks under `environment`, with `MASTER_ADDR`/`MASTER_PORT` applied.
+pub fn resolve_ranks(
+    environment: &dyn ClusterEnvironment,
+    env: &Env,
+    devices_per_node: usize,
+    num_nodes: usize,
+) -> PlanResult<Ranks> {
+    environment
+        .ranks(env, devices_per_node, num_nodes)?
+        .with_overrides(env)
+}
+
+fn has(env: &Env, key: &str) -> bool {
+    env.contains_key(key)
+}
+
+impl ClusterEnvironment for LocalEnvironment {
+    fn name(&self) -> &str {
+        LOCAL
+    }
+    fn description(&self) -> &str {
+        "ember's launcher starts one process per device on this machine"
+    }
+    fn detect(&self, _env: &Env) -> bool {
+        true
+    }
+    fn creates_processes_externally(&self) -> bool {
+        false
+    }
+    fn ranks(&self, env: &Env, devices_per_node: usize, num_nodes: usize) -> PlanResult<Ranks> {
+        local_ranks(env, devices_per_node, num_nodes)
+    }
+}
+
+impl ClusterEnvironment for TorchElasticEnvironment {
+    fn name(&self) -> &str {
+        "torchelastic"
+    }
+    fn description(&self) -> &str {
+        "started by torchrun (TORCHELASTIC_RUN_ID)"
+    }
+    fn detect(&self, env: &Env) -> bool {
+        has(env, "TORCHELASTIC_RUN_ID")
+    }
+    fn ranks(&self, env: &Env, _: usize, _: usize) -> PlanResult<Ranks> {
+        torchelastic_ranks(env)
+    }
+}
+
+impl ClusterEnvironment for SlurmEnvironment {
+    fn name(&self) -> &str {
+        "slurm"
+    }
+    fn description(&self) -> &str {
+        "started by SLURM's srun (SLURM_NTASKS, not an interactive job)"
+    }
+    fn detect(&self, env: &Env) -> bool {
+        let interactive = matches!(
+            env.get("SLURM_JOB_NAME").map(String::as_str),
+            Some("bash" | "interactive")
+        );
+        has(env, "SLURM_NTASKS") && !interactive
+    }
+    fn ranks(&self, env: &Env, _: usize, _: usize) -> PlanResult<Ranks> {
+        slurm_ranks(env)
+    }
+}
+
+impl ClusterEnvironment for LsfEnvironment {
+    fn name(&self) -> &str {
+        "lsf"
+    }
+    fn description(&self) -> &str {
+        "started by IBM LSF's jsrun (LSB_JOBID, JSM_NAMESPACE_SIZE)"
+    }
+    fn detect(&self, env: &Env) -> bool {
+        has(env, "LSB_JOBID") && has(env, "JSM_NAMESPACE_SIZE")
+    }
+    fn ranks(&self, env: &Env, devices_per_node: usize, _: usize) -> PlanResult<Ranks> {
+        lsf_ranks(env, devices_per_node)
+    }
+}
+
+impl ClusterEnvironment for MpiEnvironment {
+    fn name(&self) -> &str {
+        "mpi"
+    }
+    fn description(&self) -> &str {
+        "started by mpirun/mpiexec (OpenMPI, MPICH, Intel MPI)"
+    }
+    fn detect(&self, env: &Env) -> bool {
+        has(env, "OMPI_COMM_WORLD_SIZE") || (has(env, "PMI_SIZE") && has(env, "PMI_RANK"))
+    }
+    fn ranks(&self, env: &Env, _: usize, _: usize) -> PlanResult<Ranks> {
+        mpi_ranks(env)
+    }
+}
+
+impl ClusterEnvironment for KubeflowEnvironment {
+    fn name(&self) -> &str {
+        "kubeflow"
+    }
+    fn description(&self) -> &str {
+        "a Kubeflow PyTorchJob: one process per pod"
+    }
+    fn detect(&self, env: &Env) -> bool {
+        [
+            "KUBERNETES_PORT",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "WORLD_SIZE",
+            "RANK",
+        ]
+        .iter()
+        .all(|k| has(env, k))
+    }
+    fn ranks(&self, env: &Env, _: usize, _: usize) -> PlanResult<Ranks> {
+        kubeflow_ranks(env)
+    }
+    fn validate(&self, devices_per_node: usize) -> PlanResult<()> {
+        if devices_per_node == 1 {
+            return Ok(());
+        }
+        Err(FlagError::new(
+            "--trainer.devices",
+            devices_per_node.to_string(),
+            "the kubeflow environment runs one process per pod; use --trainer.devices=1 and --trainer.num_nodes=WORLD_SIZE",
+        ))
     }
 }
 
@@ -159,8 +252,13 @@ pub struct Ranks {
 }
 
 impl Ranks {
+    /// Ranks at the default rendezvous address and port (`127.0.0.1:29500`).
+    pub fn new(world_size: usize, global_rank: usize, local_rank: usize, node_rank: usize) -> Self {
+        default_ranks(world_size, global_rank, local_rank, node_rank)
+    }
+
     /// `MASTER_ADDR` and `MASTER_PORT` win over whatever the environment derived.
-    fn with_overrides(mut self, env: &Env) -> PlanResult<Self> {
+    pub(crate) fn with_overrides(mut self, env: &Env) -> PlanResult<Self> {
         if let Some(addr) = env.get("MASTER_ADDR") {
             if addr.trim().is_empty() {
                 return Err(FlagError::new(
@@ -177,7 +275,8 @@ impl Ranks {
         Ok(self)
     }
 
-    fn check(self, world_var: &str, rank_var: &str) -> PlanResult<Self> {
+    /// Refuses a world of 0 or a rank outside it, naming the variables they came from.
+    pub fn check(self, world_var: &str, rank_var: &str) -> PlanResult<Self> {
         if self.world_size == 0 {
             return Err(FlagError::new(world_var, "0", "expected an integer > 0"));
         }
@@ -204,7 +303,7 @@ fn parse_port(var: &str, value: &str) -> PlanResult<u16> {
 }
 
 /// Reads a non-negative integer variable; `None` when it is not set.
-fn optional_usize(env: &Env, var: &str) -> PlanResult<Option<usize>> {
+pub fn optional_usize(env: &Env, var: &str) -> PlanResult<Option<usize>> {
     env.get(var)
         .map(|v| {
             v.trim()
@@ -214,7 +313,8 @@ fn optional_usize(env: &Env, var: &str) -> PlanResult<Option<usize>> {
         .transpose()
 }
 
-fn required_usize(env: &Env, var: &str, environment: ClusterEnvironment) -> PlanResult<usize> {
+/// Reads a non-negative integer variable that `environment` must set.
+pub fn required_usize(env: &Env, var: &str, environment: &str) -> PlanResult<usize> {
     optional_usize(env, var)?.ok_or_else(|| {
         FlagError::new(
             var,
@@ -276,7 +376,7 @@ fn local_ranks(env: &Env, devices_per_node: usize, num_nodes: usize) -> PlanResu
 }
 
 fn torchelastic_ranks(env: &Env) -> PlanResult<Ranks> {
-    let e = ClusterEnvironment::TorchElastic;
+    let e = "torchelastic";
     default_ranks(
         required_usize(env, "WORLD_SIZE", e)?,
         required_usize(env, "RANK", e)?,
@@ -287,7 +387,7 @@ fn torchelastic_ranks(env: &Env) -> PlanResult<Ranks> {
 }
 
 fn slurm_ranks(env: &Env) -> PlanResult<Ranks> {
-    let e = ClusterEnvironment::Slurm;
+    let e = "slurm";
     let mut ranks = default_ranks(
         required_usize(env, "SLURM_NTASKS", e)?,
         required_usize(env, "SLURM_PROCID", e)?,
@@ -318,7 +418,7 @@ pub fn slurm_port(job_id: usize) -> u16 {
 }
 
 fn lsf_ranks(env: &Env, devices_per_node: usize) -> PlanResult<Ranks> {
-    let e = ClusterEnvironment::Lsf;
+    let e = "lsf";
     let global = required_usize(env, "JSM_NAMESPACE_RANK", e)?;
     let mut ranks = default_ranks(
         required_usize(env, "JSM_NAMESPACE_SIZE", e)?,
@@ -357,7 +457,7 @@ fn mpi_ranks(env: &Env) -> PlanResult<Ranks> {
         } else {
             ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
         };
-    let e = ClusterEnvironment::Mpi;
+    let e = "mpi";
     let world = required_usize(env, world_var, e)?;
     let global = required_usize(env, rank_var, e)?;
     let local = optional_usize(env, local_var)?.unwrap_or(0);
@@ -366,7 +466,7 @@ fn mpi_ranks(env: &Env) -> PlanResult<Ranks> {
 }
 
 fn kubeflow_ranks(env: &Env) -> PlanResult<Ranks> {
-    let e = ClusterEnvironment::Kubeflow;
+    let e = "kubeflow";
     let rank = required_usize(env, "RANK", e)?;
     default_ranks(required_usize(env, "WORLD_SIZE", e)?, rank, 0, rank).check("WORLD_SIZE", "RANK")
 }

@@ -1,9 +1,11 @@
 //! The connector: a pure function from (flags, environment variables, inventory, catalog) to a
 //! [`Plan`] or one clear [`FlagError`]. It touches no device and no global state.
 
+use std::sync::Arc;
+
 use crate::accelerator::AcceleratorKind;
-use crate::catalog::{AcceleratorSpec, Catalog};
-use crate::cluster::{ClusterEnvironment, Env, Ranks};
+use crate::catalog::{AcceleratorSpec, Catalog, PluginKind};
+use crate::cluster::{self, ClusterEnvironment, Env, Ranks};
 use crate::error::{FlagError, PlanResult, list};
 use crate::flags::TrainerFlags;
 use crate::inventory::Inventory;
@@ -29,18 +31,29 @@ pub fn connect(
             )
         })?;
     let num_nodes = check_num_nodes(flags.num_nodes)?;
-    let precision = select_precision(&flags.precision, accelerator, &mut warnings)?;
+    let chosen = select_plugins(flags, catalog)?;
+    let precision = select_precision(
+        chosen.precision_base.unwrap_or(&flags.precision),
+        accelerator,
+        &mut warnings,
+    )?;
     crate::accelerator::check_deterministic(
         accelerator.name,
         flags.options.deterministic,
         accelerator.deterministic,
     )?;
-    let environment = match ClusterEnvironment::parse_choice(&flags.cluster_environment)? {
+    let environment = match chosen.environment {
         Some(chosen) => chosen,
-        None => ClusterEnvironment::detect(env),
+        None => cluster::detect(&catalog.cluster_environments, env).ok_or_else(|| {
+            FlagError::new(
+                "--trainer.cluster_environment",
+                "auto",
+                "no cluster environment is registered that detects this process",
+            )
+        })?,
     };
-    let ranks = environment.ranks(env, devices.len(), num_nodes)?;
-    check_world(environment, &ranks, devices.len(), num_nodes)?;
+    let ranks = cluster::resolve_ranks(environment.as_ref(), env, devices.len(), num_nodes)?;
+    check_world(environment.as_ref(), &ranks, devices.len(), num_nodes)?;
     let strategy = select_strategy(
         &flags.strategy,
         catalog,
@@ -54,6 +67,7 @@ pub fn connect(
         devices,
         num_nodes,
         precision,
+        plugins: chosen.names,
         cluster_environment: environment.name().to_owned(),
         world_size: ranks.world_size,
         global_rank: ranks.global_rank,
@@ -177,9 +191,115 @@ fn select_precision(
     Ok(effective)
 }
 
+/// What `--trainer.plugins`, `--trainer.precision` and `--trainer.cluster_environment` chose
+/// among the registered plugins.
+struct ChosenPlugins<'c> {
+    /// Plugin names the Trainer builds (precision plugin, checkpoint IO), in the order given.
+    names: Vec<String>,
+    /// The named precision a registered precision plugin builds on.
+    precision_base: Option<&'c str>,
+    /// The cluster environment chosen by name.
+    environment: Option<&'c Arc<dyn ClusterEnvironment>>,
+}
+
+fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<ChosenPlugins<'c>> {
+    let mut chosen = ChosenPlugins {
+        names: Vec::new(),
+        precision_base: None,
+        environment: None,
+    };
+    let env_choice = flags.cluster_environment.trim().to_ascii_lowercase();
+    if env_choice != "auto" {
+        chosen.environment = Some(catalog.cluster_environment(&env_choice).ok_or_else(|| {
+            FlagError::new(
+                "--trainer.cluster_environment",
+                &flags.cluster_environment,
+                format!(
+                    "unknown cluster environment; allowed: auto, {}",
+                    list(catalog.cluster_environment_names())
+                ),
+            )
+        })?);
+    }
+    let precision = flags.precision.trim().to_ascii_lowercase();
+    let named_precision = catalog
+        .plugin(&precision)
+        .filter(|p| matches!(p.kind, PluginKind::Precision(_)));
+    let given = flags
+        .plugins
+        .iter()
+        .map(|n| ("--trainer.plugins", n.as_str()));
+    let from_precision = named_precision.map(|p| ("--trainer.precision", p.name.as_str()));
+    let (mut precision_plugin, mut checkpoint_io) = (None::<&str>, None::<&str>);
+    for (flag, value) in from_precision.into_iter().chain(given) {
+        let name = value.trim().to_ascii_lowercase();
+        let clash = |what: &str, first: &str| {
+            FlagError::new(
+                flag,
+                value,
+                format!("a run takes one {what}, but both {first} and {name} were given"),
+            )
+        };
+        if let Some(environment) = catalog.cluster_environment(&name) {
+            match chosen.environment {
+                Some(e) if e.name() != environment.name() => {
+                    return Err(clash("cluster environment", e.name()));
+                }
+                _ => chosen.environment = Some(environment),
+            }
+            continue;
+        }
+        let info = catalog.plugin(&name).ok_or_else(|| {
+            FlagError::new(
+                flag,
+                value,
+                format!("unknown plugin; registered: {}", catalog.plugin_choices()),
+            )
+        })?;
+        let slot = match info.kind {
+            PluginKind::Precision(base) => {
+                chosen.precision_base = Some(base.name());
+                &mut precision_plugin
+            }
+            PluginKind::CheckpointIo => &mut checkpoint_io,
+        };
+        match slot {
+            Some(first) if *first != info.name => {
+                let what = match info.kind {
+                    PluginKind::Precision(_) => "precision plugin",
+                    PluginKind::CheckpointIo => "checkpoint IO",
+                };
+                return Err(clash(what, first));
+            }
+            Some(_) => {}
+            None => {
+                *slot = Some(info.name.as_str());
+                chosen.names.push(info.name.clone());
+            }
+        }
+    }
+    // A precision plugin from --trainer.plugins sets the precision unless the flag asks for
+    // another one than the default.
+    if let (Some(plugin), Some(base), None) =
+        (precision_plugin, chosen.precision_base, named_precision)
+    {
+        let asked = Precision::parse(&flags.precision)?;
+        if asked != Precision::F32True && asked.name() != base {
+            return Err(FlagError::new(
+                "--trainer.precision",
+                &flags.precision,
+                format!(
+                    "precision plugin {plugin} (--trainer.plugins) runs {base}; leave --trainer.precision unset or set it to {base}"
+                ),
+            ));
+        }
+    }
+    Ok(chosen)
+}
+
 /// Under an environment that started the processes, the flags must describe the same world.
 fn check_world(
-    environment: ClusterEnvironment,
+    environment: &dyn ClusterEnvironment,
     ranks: &Ranks,
     devices: usize,
     num_nodes: usize,
@@ -187,20 +307,15 @@ fn check_world(
     if !environment.creates_processes_externally() {
         return Ok(());
     }
-    if environment == ClusterEnvironment::Kubeflow && devices != 1 {
-        return Err(FlagError::new(
-            "--trainer.devices",
-            devices.to_string(),
-            "the kubeflow environment runs one process per pod; use --trainer.devices=1 and --trainer.num_nodes=WORLD_SIZE",
-        ));
-    }
+    environment.validate(devices)?;
     let asked = devices * num_nodes;
     if asked != ranks.world_size {
         return Err(FlagError::new(
             "--trainer.devices",
             devices.to_string(),
             format!(
-                "devices × num_nodes = {devices} × {num_nodes} = {asked} processes, but the {environment} environment started {}; set --trainer.devices to the processes per node and --trainer.num_nodes to the number of nodes",
+                "devices × num_nodes = {devices} × {num_nodes} = {asked} processes, but the {} environment started {}; set --trainer.devices to the processes per node and --trainer.num_nodes to the number of nodes",
+                environment.name(),
                 ranks.world_size
             ),
         ));

@@ -7,7 +7,7 @@ use crate::error::{FlagError, PlanResult, list};
 use crate::trainer::options::{OPTION_KEYS, TrainerOptions, is_option_key};
 
 /// The trainer keys the connector reads, with a line of help each.
-pub const PLAN_KEYS: [(&str, &str); 6] = [
+pub const PLAN_KEYS: [(&str, &str); 7] = [
     (
         "accelerator",
         "accelerator name: auto, gpu, or a registered name [default: auto]",
@@ -27,7 +27,11 @@ pub const PLAN_KEYS: [(&str, &str); 6] = [
     ),
     (
         "cluster_environment",
-        "auto (detect), local, torchelastic, slurm, lsf, mpi or kubeflow [default: auto]",
+        "auto (detect), local, torchelastic, slurm, lsf, mpi, kubeflow or a registered one [default: auto]",
+    ),
+    (
+        "plugins",
+        "registered plugins by name: a precision plugin, a checkpoint IO, a cluster environment [default: []]",
     ),
 ];
 
@@ -51,6 +55,8 @@ pub struct TrainerFlags {
     pub precision: String,
     /// `auto` or a cluster environment name.
     pub cluster_environment: String,
+    /// Registered plugins by name (`--trainer.plugins`).
+    pub plugins: Vec<String>,
     /// The loop options (epochs, limits, callbacks, loggers ...).
     pub options: TrainerOptions,
 }
@@ -64,6 +70,7 @@ impl Default for TrainerFlags {
             num_nodes: 1,
             precision: "32-true".into(),
             cluster_environment: "auto".into(),
+            plugins: Vec::new(),
             options: TrainerOptions::default(),
         }
     }
@@ -101,6 +108,12 @@ impl TrainerFlags {
         self
     }
 
+    /// Sets `plugins`: registered plugins by name.
+    pub fn plugins(mut self, names: &[&str]) -> Self {
+        self.plugins = names.iter().map(|n| (*n).to_owned()).collect();
+        self
+    }
+
     /// Sets the number of epochs.
     pub fn max_epochs(mut self, epochs: u64) -> Self {
         self.options.max_epochs = Some(epochs);
@@ -127,6 +140,7 @@ impl TrainerFlags {
             "num_nodes": self.num_nodes,
             "precision": self.precision,
             "cluster_environment": self.cluster_environment,
+            "plugins": self.plugins,
         });
         if let Value::Object(map) = &mut value {
             map.extend(self.options.to_value());
@@ -156,6 +170,7 @@ impl TrainerFlags {
                 "strategy" => flags.strategy = text(&flag, value)?,
                 "precision" => flags.precision = text(&flag, value)?,
                 "cluster_environment" => flags.cluster_environment = text(&flag, value)?,
+                "plugins" => flags.plugins = plugin_names(&flag, value)?,
                 "devices" => {
                     flags.devices = DevicesFlag::from_value(value)
                         .map_err(|m| FlagError::new(&flag, render(value), m))?;
@@ -199,6 +214,56 @@ fn text(flag: &str, value: &Value) -> PlanResult<String> {
             "expected a single name",
         )),
     }
+}
+
+/// `[a, b]`, one name, or Lightning's `{class_path, init_args}` tables (plugins made by name
+/// take no arguments).
+fn plugin_names(flag: &str, value: &Value) -> PlanResult<Vec<String>> {
+    let items = match value {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(items) => items.clone(),
+        // `--trainer.plugins=[a, b]` on the command line.
+        Value::String(s) if s.trim().starts_with('[') && s.trim().ends_with(']') => {
+            let inner = &s.trim()[1..s.trim().len() - 1];
+            inner
+                .split(',')
+                .map(|n| Value::String(n.trim().trim_matches(['"', '\'']).to_owned()))
+                .filter(|n| n.as_str() != Some(""))
+                .collect()
+        }
+        other => vec![other.clone()],
+    };
+    let entry = |item: &Value| -> PlanResult<String> {
+        let name = match item {
+            Value::String(s) => s.trim(),
+            Value::Object(table) => {
+                let args = table.get("init_args");
+                if args.is_some_and(|a| a.as_object().is_none_or(|m| !m.is_empty()) && !a.is_null())
+                {
+                    return Err(FlagError::new(
+                        flag,
+                        render(item),
+                        "plugins chosen by name take no init_args; build one with arguments in Rust and pass it to the Trainer's builder",
+                    ));
+                }
+                table
+                    .get("class_path")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .trim()
+            }
+            _ => "",
+        };
+        if name.is_empty() {
+            return Err(FlagError::new(
+                flag,
+                render(item),
+                "a list of plugin names, or {class_path: NAME} tables",
+            ));
+        }
+        Ok(name.to_owned())
+    };
+    items.iter().map(entry).collect()
 }
 
 fn integer(flag: &str, value: &Value, allowed: &str) -> PlanResult<i64> {

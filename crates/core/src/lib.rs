@@ -23,6 +23,7 @@ pub mod inventory;
 pub mod job;
 pub mod loggers;
 pub mod plan;
+pub mod plugins;
 pub mod precision;
 pub mod registry;
 pub mod strategy;
@@ -39,6 +40,10 @@ pub use flags::TrainerFlags;
 pub use inventory::Inventory;
 pub use job::Job;
 pub use plan::{Launcher, Plan};
+pub use plugins::access::{Gradients, Weights};
+pub use plugins::ddp::Ddp;
+pub use plugins::precision::{MixedPrecision, PrecisionPlugin, TruePrecision};
+pub use plugins::strategy::{SingleDevice, Strategy, StrategyParts};
 pub use precision::Precision;
 pub use registry::{Registry, RegistryError};
 pub use strategy::StrategyInfo;
@@ -48,4 +53,4 @@ pub use trainer::module::{
     EvalModule, Optimizers, PredictModule, SchedulerInterval, TrainingModule,
 };
 pub use trainer::options::TrainerOptions;
-pub use trainer::{FitOutcome, Trainer};
+pub use trainer::{FitOutcome, Trainer, TrainerBuilder};

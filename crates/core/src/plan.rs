@@ -16,8 +16,12 @@ pub struct Plan {
     pub devices: Vec<usize>,
     /// Number of nodes.
     pub num_nodes: usize,
-    /// Precision in effect.
+    /// Precision in effect (the named precision a precision plugin builds on).
     pub precision: Precision,
+    /// Registered plugins the Trainer builds by name (a precision plugin, a checkpoint IO), as
+    /// `--trainer.plugins` or `--trainer.precision` named them; shown only when there are some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<String>,
     /// Cluster environment name.
     pub cluster_environment: String,
     /// Processes in the run.
@@ -59,7 +63,8 @@ impl Plan {
             devices: vec![0],
             num_nodes: 1,
             precision,
-            cluster_environment: crate::cluster::ClusterEnvironment::Local.name().to_owned(),
+            plugins: Vec::new(),
+            cluster_environment: crate::cluster::LOCAL.to_owned(),
             world_size: 1,
             global_rank: 0,
             local_rank: 0,
@@ -72,9 +77,7 @@ impl Plan {
 
     /// The launcher this plan needs.
     pub fn launcher(&self) -> Launcher {
-        if self.cluster_environment == crate::cluster::ClusterEnvironment::Local.name()
-            && self.devices.len() > 1
-        {
+        if self.cluster_environment == crate::cluster::LOCAL && self.devices.len() > 1 {
             Launcher::Local {
                 processes: self.devices.len(),
             }

@@ -1,14 +1,23 @@
 //! The registry: run-time names bound to compile-time accelerator types.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::accelerator::{Accelerator, AcceleratorKind};
-use crate::catalog::{AcceleratorSpec, Catalog, RESERVED_ACCELERATOR_NAMES};
+use crate::catalog::{
+    AcceleratorSpec, Catalog, PluginInfo, PluginKind, RESERVED_ACCELERATOR_NAMES,
+};
+use crate::checkpoint_io::CheckpointIO;
+use crate::cluster::ClusterEnvironment;
 use crate::collective::Engine;
 use crate::error::{FlagError, PlanResult};
 use crate::inventory::{INVENTORY_VAR, Inventory};
 use crate::job::Job;
 use crate::plan::Plan;
+use crate::plugins::PluginFactories;
+use crate::plugins::precision::PrecisionPlugin;
+use crate::plugins::strategy::{Strategy, StrategyParts};
+use crate::precision::Precision;
 use crate::strategy::StrategyInfo;
 
 type Runner<J> = fn(J, &Plan) -> anyhow::Result<<J as Job>::Output>;
@@ -22,14 +31,14 @@ fn run_on<J: Job, A: Accelerator>(job: J, plan: &Plan) -> anyhow::Result<J::Outp
 pub enum RegistryError {
     /// The name is taken; `register_override` replaces an entry on purpose.
     Duplicate {
-        /// `accelerator` or `strategy`.
+        /// `accelerator`, `strategy`, `plugin` or `cluster environment`.
         what: &'static str,
         /// The name.
         name: String,
     },
     /// The name is empty, reserved, or has characters other than `a-z 0-9 _ -`.
     BadName {
-        /// `accelerator` or `strategy`.
+        /// `accelerator`, `strategy`, `plugin` or `cluster environment`.
         what: &'static str,
         /// The name.
         name: String,
@@ -39,11 +48,17 @@ pub enum RegistryError {
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RegistryError::Duplicate { what, name } => write!(
-                f,
-                "{what} `{name}` is already registered; to replace it on purpose use register_override{}",
-                if *what == "strategy" { "_strategy" } else { "" }
-            ),
+            RegistryError::Duplicate { what, name } => match *what {
+                "accelerator" | "strategy" => write!(
+                    f,
+                    "{what} `{name}` is already registered; to replace it on purpose use register_override{}",
+                    if *what == "strategy" { "_strategy" } else { "" }
+                ),
+                _ => write!(
+                    f,
+                    "{what} `{name}`: the name is already taken by a built-in precision, a plugin or a cluster environment"
+                ),
+            },
             RegistryError::BadName { what, name } => write!(
                 f,
                 "cannot register {what} `{name}`: names are lowercase a-z, 0-9, `_` or `-`, and not {}",
@@ -71,11 +86,13 @@ fn check_name(what: &'static str, name: &str) -> Result<(), RegistryError> {
     }
 }
 
-/// Accelerators and strategies by name, with a runner for job `J` per accelerator, and the
-/// distributed engine that starts and joins the processes of a multi-process run.
+/// Accelerators, strategies, plugins and cluster environments by name, with a runner for job
+/// `J` per accelerator, and the distributed engine that starts and joins the processes of a
+/// multi-process run.
 pub struct Registry<J: Job> {
     catalog: Catalog,
     runners: Vec<Runner<J>>,
+    factories: PluginFactories,
     engine: Option<Box<dyn Engine>>,
 }
 
@@ -91,6 +108,7 @@ impl<J: Job> Registry<J> {
         Self {
             catalog: Catalog::default(),
             runners: Vec::new(),
+            factories: PluginFactories::default(),
             engine: None,
         }
     }
@@ -139,8 +157,13 @@ impl<J: Job> Registry<J> {
         }
     }
 
-    /// Registers a strategy; a taken name is an error.
-    pub fn register_strategy(mut self, info: StrategyInfo) -> Result<Self, RegistryError> {
+    /// Registers a strategy built by `factory` over the parts the Trainer connects; a taken
+    /// name is an error. It becomes selectable as `--trainer.strategy=NAME`.
+    pub fn register_strategy(
+        mut self,
+        info: StrategyInfo,
+        factory: impl Fn(StrategyParts) -> anyhow::Result<Box<dyn Strategy>> + 'static,
+    ) -> Result<Self, RegistryError> {
         check_name("strategy", &info.name)?;
         if self.catalog.strategy(&info.name).is_some() {
             return Err(RegistryError::Duplicate {
@@ -148,16 +171,115 @@ impl<J: Job> Registry<J> {
                 name: info.name,
             });
         }
+        PluginFactories::set(
+            &mut self.factories.strategies,
+            &info.name,
+            Arc::new(factory),
+        );
         self.catalog.strategies.push(info);
         Ok(self)
     }
 
-    /// Registers a strategy, replacing any strategy of the same name.
-    pub fn register_override_strategy(mut self, info: StrategyInfo) -> Result<Self, RegistryError> {
+    /// Registers a strategy, replacing any strategy of the same name (a built-in one too).
+    pub fn register_override_strategy(
+        mut self,
+        info: StrategyInfo,
+        factory: impl Fn(StrategyParts) -> anyhow::Result<Box<dyn Strategy>> + 'static,
+    ) -> Result<Self, RegistryError> {
         check_name("strategy", &info.name)?;
+        PluginFactories::set(
+            &mut self.factories.strategies,
+            &info.name,
+            Arc::new(factory),
+        );
         self.catalog.strategies.retain(|s| s.name != info.name);
         self.catalog.strategies.push(info);
         Ok(self)
+    }
+
+    /// Registers a precision plugin built by `factory`; it becomes selectable as
+    /// `--trainer.precision=NAME` or `--trainer.plugins=[NAME]`, and is planned as the named
+    /// precision it builds on ([`PrecisionPlugin::precision`]).
+    pub fn register_precision<P: PrecisionPlugin + 'static>(
+        mut self,
+        name: &str,
+        description: &str,
+        factory: impl Fn() -> P + 'static,
+    ) -> Result<Self, RegistryError> {
+        let base = factory().precision();
+        self.add_plugin(name, description, PluginKind::Precision(base))?;
+        let factory = Arc::new(move || Box::new(factory()) as Box<dyn PrecisionPlugin>);
+        PluginFactories::set(&mut self.factories.precisions, name, factory);
+        Ok(self)
+    }
+
+    /// Registers a checkpoint IO built by `factory`; it becomes selectable as
+    /// `--trainer.plugins=[NAME]`.
+    pub fn register_checkpoint_io<C: CheckpointIO + 'static>(
+        mut self,
+        name: &str,
+        description: &str,
+        factory: impl Fn() -> C + 'static,
+    ) -> Result<Self, RegistryError> {
+        self.add_plugin(name, description, PluginKind::CheckpointIo)?;
+        let factory = Arc::new(move || Arc::new(factory()) as Arc<dyn CheckpointIO>);
+        PluginFactories::set(&mut self.factories.checkpoint_ios, name, factory);
+        Ok(self)
+    }
+
+    /// Registers a cluster environment; it is detected before the built-ins (in registration
+    /// order) and selectable as `--trainer.cluster_environment=NAME` or `--trainer.plugins=[NAME]`.
+    pub fn register_cluster_environment(
+        mut self,
+        environment: impl ClusterEnvironment + 'static,
+    ) -> Result<Self, RegistryError> {
+        let name = environment.name().to_owned();
+        self.check_free("cluster environment", &name)?;
+        let registered = self
+            .catalog
+            .cluster_environments
+            .iter()
+            .position(|e| e.name() == crate::cluster::builtin_environments()[0].name())
+            .unwrap_or(0);
+        self.catalog
+            .cluster_environments
+            .insert(registered, Arc::new(environment));
+        Ok(self)
+    }
+
+    /// Refuses a plugin or environment name that is malformed or already means something.
+    fn check_free(&self, what: &'static str, name: &str) -> Result<(), RegistryError> {
+        check_name(what, name)?;
+        let taken = Precision::parse(name).is_ok()
+            || self.catalog.plugin(name).is_some()
+            || self.catalog.cluster_environment(name).is_some();
+        if taken {
+            return Err(RegistryError::Duplicate {
+                what,
+                name: name.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn add_plugin(
+        &mut self,
+        name: &str,
+        description: &str,
+        kind: PluginKind,
+    ) -> Result<(), RegistryError> {
+        self.check_free("plugin", name)?;
+        self.catalog.plugins.push(PluginInfo {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            kind,
+        });
+        Ok(())
+    }
+
+    /// The factories of the plugins registered by name (the CLI installs them for the job).
+    pub fn plugin_factories(&self) -> &PluginFactories {
+        &self.factories
     }
 
     /// What the connector needs to know about the registered names.

@@ -16,6 +16,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend, set_default_float_dtype};
 use burn::tensor::{FloatDType, Tensor, get_device_settings};
 
+use crate::plugins::precision::PrecisionPlugin;
 use crate::precision::Precision;
 
 /// The float type a precision computes in (the device's default float type).
@@ -86,4 +87,36 @@ pub fn master<B: AutodiffBackend, M: Module<B>>(model: M) -> M {
 /// computed with it sends f32 gradients to `model`'s parameters.
 pub fn compute<B: Backend, M: Module<B>>(model: M, dtype: FloatDType) -> M {
     model.map(&mut Cast(dtype))
+}
+
+/// Casts each float parameter to the type a precision plugin gives for its module path.
+struct CastByPath<'a> {
+    plugin: &'a dyn PrecisionPlugin,
+    path: Vec<String>,
+}
+
+impl<B: Backend> ModuleMapper<B> for CastByPath<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_owned());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        match self.plugin.compute_dtype(&self.path.join(".")) {
+            Some(dtype) => param.map(|t| t.cast(dtype)),
+            None => param,
+        }
+    }
+}
+
+/// A copy of `model` cast parameter by parameter as `plugin` says; under autodiff the casts
+/// are recorded, so the gradients reach the f32 masters in f32.
+pub fn compute_as<B: Backend, M: Module<B>>(model: M, plugin: &dyn PrecisionPlugin) -> M {
+    model.map(&mut CastByPath {
+        plugin,
+        path: Vec::new(),
+    })
 }

@@ -6,13 +6,16 @@
 //! is skipped and the scale halves; after `growth_interval` good steps in a row it doubles.
 //! Clipping runs after unscaling, on true gradient values.
 
-use burn::module::AutodiffModule;
-use burn::optim::GradientsParams;
-use burn::tensor::ElementConversion;
-use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
-use crate::trainer::grads;
+use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::plugins::access::{Gradients, ModelGradients};
+
+/// The checkpoint section the loss scaler's state is saved under.
+pub const STATE_KEY: &str = "grad_scaler";
 
 /// The loss scale and its schedule; saved in checkpoints so a resumed run keeps its scale.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,14 +68,18 @@ impl GradScaler {
 
     /// Divides the gradients by the scale and says whether they are all finite (one host
     /// read per step, as torch's `found_inf` check).
+    pub fn unscale_gradients(&self, grads: &mut dyn Gradients) -> bool {
+        grads.scale(1.0 / self.scale);
+        grads.global_norm().is_none_or(f64::is_finite)
+    }
+
+    /// [`unscale_gradients`](Self::unscale_gradients) on `model`'s gradients in burn's container.
     pub fn unscale<B: AutodiffBackend, M: AutodiffModule<B>>(
         &self,
         model: &M,
         grads: &mut GradientsParams,
     ) -> bool {
-        grads::scale(model, grads, 1.0 / self.scale);
-        grads::global_norm::<B, M>(model, grads)
-            .is_none_or(|norm| norm.into_scalar().elem::<f64>().is_finite())
+        self.unscale_gradients(&mut ModelGradients::<B, M>::new(model, grads))
     }
 }
 

@@ -1,0 +1,244 @@
+//! What plugins see of a model: its float gradients and weights, without its type.
+//!
+//! Strategies and precision plugins are chosen by name at run time, so they cannot be generic
+//! over the model (or the backend) the way the loop is. The loop hands them these two views
+//! instead; each is implemented once, generically, over burn's module visitors, so a plugin
+//! reaches exactly the tensors the loop's own code would, in the model's visit order.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
+
+use crate::trainer::grads;
+use crate::trainer::options::ClipAlgorithm;
+
+/// The gradients of one optimizer step, before the optimizer sees them.
+pub trait Gradients {
+    /// Removes every float gradient, in the model's visit order, as host data.
+    fn take_host(&mut self) -> Vec<(ParamId, TensorData)>;
+
+    /// Puts gradients back on the device (in the dtypes the data carries); ids the model does
+    /// not have are ignored.
+    fn put_host(&mut self, grads: Vec<(ParamId, TensorData)>);
+
+    /// Multiplies every gradient by `factor`, on the device.
+    fn scale(&mut self, factor: f64);
+
+    /// The global L2 norm of all gradients (one host read); `None` when there are none.
+    fn global_norm(&self) -> Option<f64>;
+
+    /// Clips on the device: by global norm or by value, as `gradient_clip_algorithm` says.
+    fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64);
+
+    /// Drops the gradients of the parameters `keep` refuses (the optimizer then leaves those
+    /// parameters alone): a sharded strategy keeps only what its rank owns.
+    fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool);
+
+    /// burn's container itself, for a plugin that knows the backend and the ranks.
+    fn params(&mut self) -> &mut GradientsParams;
+}
+
+/// The model's float weights.
+pub trait Weights {
+    /// Every float parameter, in visit order, as host data.
+    fn to_host(&self) -> Vec<(ParamId, TensorData)>;
+
+    /// Replaces the float parameters named in `weights` (same shape; their dtype is kept as
+    /// given); others stay. Whether a parameter requires gradients is kept.
+    fn load_host(&mut self, weights: Vec<(ParamId, TensorData)>) -> anyhow::Result<()>;
+}
+
+/// [`Gradients`] of model `M` over burn's container.
+pub(crate) struct ModelGradients<'a, B: AutodiffBackend, M> {
+    pub(crate) model: &'a M,
+    pub(crate) grads: &'a mut GradientsParams,
+    device: Option<burn::tensor::Device<B::InnerBackend>>,
+}
+
+impl<'a, B: AutodiffBackend, M: AutodiffModule<B>> ModelGradients<'a, B, M> {
+    pub(crate) fn new(model: &'a M, grads: &'a mut GradientsParams) -> Self {
+        Self {
+            model,
+            grads,
+            device: None,
+        }
+    }
+}
+
+impl<B: AutodiffBackend, M: AutodiffModule<B>> Gradients for ModelGradients<'_, B, M> {
+    fn take_host(&mut self) -> Vec<(ParamId, TensorData)> {
+        let mut take = TakeGrads::<B> {
+            grads: self.grads,
+            taken: Vec::new(),
+            device: None,
+        };
+        self.model.visit(&mut take);
+        if let Some(device) = take.device {
+            self.device = Some(device);
+        }
+        take.taken
+    }
+
+    fn put_host(&mut self, grads: Vec<(ParamId, TensorData)>) {
+        let Some(device) = self.device.clone() else {
+            return;
+        };
+        self.model.visit(&mut PutGrads::<B> {
+            grads: self.grads,
+            data: grads.into_iter().collect(),
+            device,
+        });
+    }
+
+    fn scale(&mut self, factor: f64) {
+        grads::scale::<B, M>(self.model, self.grads, factor);
+    }
+
+    fn global_norm(&self) -> Option<f64> {
+        grads::global_norm::<B, M>(self.model, self.grads).map(|n| n.into_scalar().elem())
+    }
+
+    fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64) {
+        grads::clip::<B, M>(self.model, self.grads, algorithm, threshold);
+    }
+
+    fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool) {
+        self.model.visit(&mut RetainGrads::<B> {
+            grads: self.grads,
+            keep,
+            _backend: PhantomData,
+        });
+    }
+
+    fn params(&mut self) -> &mut GradientsParams {
+        self.grads
+    }
+}
+
+/// [`Weights`] of model `M`, which it replaces when weights are loaded.
+pub(crate) struct ModelWeights<'a, B, M> {
+    model: &'a mut M,
+    _backend: PhantomData<B>,
+}
+
+impl<'a, B: Backend, M: Module<B>> ModelWeights<'a, B, M> {
+    pub(crate) fn new(model: &'a mut M) -> Self {
+        Self {
+            model,
+            _backend: PhantomData,
+        }
+    }
+}
+
+impl<B: Backend, M: Module<B>> Weights for ModelWeights<'_, B, M> {
+    fn to_host(&self) -> Vec<(ParamId, TensorData)> {
+        host_weights::<B, M>(self.model)
+    }
+
+    fn load_host(&mut self, weights: Vec<(ParamId, TensorData)>) -> anyhow::Result<()> {
+        let mut load = LoadWeights {
+            data: weights.into_iter().collect(),
+            error: None,
+        };
+        *self.model = self.model.clone().map(&mut load);
+        match load.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every float parameter of `model`, in visit order, as host data.
+pub(crate) fn host_weights<B: Backend, M: Module<B>>(model: &M) -> Vec<(ParamId, TensorData)> {
+    let mut gather = GatherWeights(Vec::new());
+    model.visit(&mut gather);
+    gather.0
+}
+
+/// Removes every float gradient of a model, in visit order, as host data.
+struct TakeGrads<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    taken: Vec<(ParamId, TensorData)>,
+    device: Option<burn::tensor::Device<B::InnerBackend>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for TakeGrads<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            self.device.get_or_insert_with(|| g.device());
+            self.taken.push((param.id, g.into_data()));
+        }
+    }
+}
+
+/// Registers host gradients again.
+struct PutGrads<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    data: HashMap<ParamId, TensorData>,
+    device: burn::tensor::Device<B::InnerBackend>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for PutGrads<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(data) = self.data.remove(&param.id) {
+            let dtype = data.dtype;
+            let g = Tensor::<B::InnerBackend, D>::from_data(data, (&self.device, dtype));
+            self.grads.register(param.id, g);
+        }
+    }
+}
+
+/// Drops the gradients a predicate refuses.
+struct RetainGrads<'a, B> {
+    grads: &'a mut GradientsParams,
+    keep: &'a mut dyn FnMut(ParamId) -> bool,
+    _backend: PhantomData<B>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for RetainGrads<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if !(self.keep)(param.id) {
+            self.grads.remove::<B::InnerBackend, D>(param.id);
+        }
+    }
+}
+
+/// Every float parameter as host data, in visit order.
+struct GatherWeights(Vec<(ParamId, TensorData)>);
+
+impl<B: Backend> ModuleVisitor<B> for GatherWeights {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.push((param.id, param.val().into_data()));
+    }
+}
+
+/// Replaces float parameters by id with host data.
+struct LoadWeights {
+    data: HashMap<ParamId, TensorData>,
+    error: Option<anyhow::Error>,
+}
+
+impl<B: Backend> ModuleMapper<B> for LoadWeights {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let Some(data) = self.data.remove(&param.id) else {
+            return param;
+        };
+        let id = param.id;
+        param.map(|t| {
+            if data.shape != t.shape() && self.error.is_none() {
+                self.error = Some(anyhow::anyhow!(
+                    "weights for parameter {id} have shape {:?}, the model's has {:?}",
+                    data.shape,
+                    t.shape()
+                ));
+                return t;
+            }
+            let (dtype, device, require_grad) = (data.dtype, t.device(), t.is_require_grad());
+            Tensor::from_data(data, (&device, dtype)).set_require_grad(require_grad)
+        })
+    }
+}

@@ -1,0 +1,261 @@
+//! The `ddp` strategy: distributed data parallel. Every rank holds a replica, starts from rank
+//! 0's weights, trains on its own shard of each epoch, and averages gradients with the other
+//! ranks before the optimizer step, so the replicas stay bitwise equal.
+//!
+//! Gradients travel through host buffers in buckets of at most `bucket_cap_mb` (one
+//! all-reduce per bucket). burn runs the whole backward pass in one call, so the reduction
+//! starts when backward ends instead of overlapping it as torch's DDP does.
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use burn::module::ParamId;
+use burn::tensor::{DType, TensorData};
+
+use crate::collective::{Collective, ReduceOp};
+use crate::plugins::access::{Gradients, Weights};
+use crate::plugins::strategy::{Strategy, StrategyParts};
+
+/// Distributed data parallel over the parts' collective (any [`Collective`]).
+pub struct Ddp {
+    parts: StrategyParts,
+    /// Host buffers reused by every step's buckets.
+    scratch_f32: RefCell<Vec<f32>>,
+    scratch_f64: RefCell<Vec<f64>>,
+}
+
+impl Ddp {
+    /// The `ddp` strategy over `parts`.
+    pub fn new(parts: StrategyParts) -> Self {
+        Self {
+            parts,
+            scratch_f32: RefCell::default(),
+            scratch_f64: RefCell::default(),
+        }
+    }
+
+    fn world_size(&self) -> usize {
+        self.collective().world_size()
+    }
+
+    /// Averages every gradient over the ranks, bucket by bucket (f64 gradients in f64, every
+    /// other float type in f32). Each bucket is copied once into a reused host buffer,
+    /// all-reduced, and divided by the world size on its way back into the gradients' own
+    /// buffers.
+    pub fn average_gradients(&self, grads: &mut dyn Gradients) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let mut taken = grads.take_host();
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let (wide, narrow): (Vec<usize>, Vec<usize>) =
+            (0..taken.len()).partition(|&i| taken[i].1.dtype == DType::F64);
+        let (narrow_bytes, narrow_wait) =
+            self.reduce_buckets(&narrow, &mut taken, &self.scratch_f32)?;
+        let (wide_bytes, wide_wait) = self.reduce_buckets(&wide, &mut taken, &self.scratch_f64)?;
+        let (bytes, in_collective) = (narrow_bytes + wide_bytes, narrow_wait + wide_wait);
+        grads.put_host(taken);
+        tracing::debug!(
+            target: "ember",
+            "ddp: averaged {:.1} MB of gradients in {:.1} ms ({:.1} ms in all-reduce)",
+            bytes as f64 / 1e6,
+            started.elapsed().as_secs_f64() * 1e3,
+            in_collective.as_secs_f64() * 1e3
+        );
+        Ok(())
+    }
+
+    /// Averages the gradients at `indices` of `taken` in `E`, bucket by bucket through
+    /// `scratch`; returns the bytes reduced and the time spent in the collective.
+    fn reduce_buckets<E: Wire>(
+        &self,
+        indices: &[usize],
+        taken: &mut [(ParamId, TensorData)],
+        scratch: &RefCell<Vec<E>>,
+    ) -> anyhow::Result<(usize, Duration)> {
+        let mut flat = scratch.borrow_mut();
+        let (mut bytes, mut waited) = (0, Duration::ZERO);
+        let cap = self.parts.bucket_cap_bytes;
+        for bucket in buckets(indices, taken, size_of::<E>(), cap) {
+            flat.clear();
+            for &i in &bucket {
+                E::append(&taken[i].1, &mut flat)?;
+            }
+            let reducing = Instant::now();
+            E::sum(self.collective(), &mut flat)?;
+            waited += reducing.elapsed();
+            bytes += flat.len() * size_of::<E>();
+            scatter_mean(&bucket, taken, &flat, E::from_count(self.world_size()))?;
+        }
+        Ok((bytes, waited))
+    }
+}
+
+impl Strategy for Ddp {
+    fn name(&self) -> &str {
+        crate::strategy::DDP
+    }
+
+    fn parts(&self) -> &StrategyParts {
+        &self.parts
+    }
+
+    fn parts_mut(&mut self) -> &mut StrategyParts {
+        &mut self.parts
+    }
+
+    /// Every rank takes rank 0's float weights.
+    fn setup_weights(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
+        if self.world_size() < 2 {
+            return Ok(());
+        }
+        let mut own = weights.to_host();
+        let own_len: usize = own.iter().map(|(_, d)| d.as_bytes().len()).sum();
+        let mut bytes = Vec::with_capacity(own_len);
+        for (_, data) in &own {
+            bytes.extend_from_slice(data.as_bytes());
+        }
+        self.collective().broadcast(&mut bytes, 0)?;
+        if bytes.len() != own_len {
+            anyhow::bail!(
+                "rank {}'s model has {own_len} bytes of float parameters but rank 0's has {}: every rank must build the same model",
+                self.collective().rank(),
+                bytes.len()
+            );
+        }
+        let mut offset = 0;
+        for (_, data) in &mut own {
+            let len = data.as_bytes().len();
+            let (shape, dtype) = (data.shape.clone(), data.dtype);
+            *data = TensorData::from_bytes_vec(bytes[offset..offset + len].to_vec(), shape, dtype);
+            offset += len;
+        }
+        weights.load_host(own)
+    }
+
+    fn reduce_gradients(&mut self, grads: &mut dyn Gradients) -> anyhow::Result<()> {
+        if self.world_size() < 2 {
+            return Ok(());
+        }
+        self.average_gradients(grads)
+    }
+
+    /// Fails unless every rank's float weights are bitwise equal to rank 0's (compared by a
+    /// CRC-64 of their bytes).
+    fn teardown(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
+        if self.world_size() < 2 {
+            return Ok(());
+        }
+        check_replicas(self.collective(), &*weights)
+    }
+}
+
+/// Fails unless every rank's float weights are bitwise equal to rank 0's.
+pub fn check_replicas(collective: &dyn Collective, weights: &dyn Weights) -> anyhow::Result<()> {
+    let crc = crc::Crc::<u64>::new(&crc::CRC_64_ECMA_182);
+    let mut digest = crc.digest();
+    for (_, data) in weights.to_host() {
+        digest.update(data.as_bytes());
+    }
+    let digests = collective.all_gather(&digest.finalize().to_le_bytes())?;
+    let differ: Vec<usize> = (1..digests.len())
+        .filter(|&r| digests[r] != digests[0])
+        .collect();
+    if !differ.is_empty() {
+        anyhow::bail!(
+            "the replicas diverged: the weights of rank(s) {differ:?} differ from rank 0's after fit"
+        );
+    }
+    Ok(())
+}
+
+/// A float type gradients travel in: f64 for f64 gradients, f32 for every other float type.
+trait Wire: burn::tensor::Element + std::ops::Div<Output = Self> {
+    /// `n` in this type.
+    fn from_count(n: usize) -> Self;
+    /// Appends `data`'s values.
+    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()>;
+    /// Sums `buf` over the ranks.
+    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()>;
+}
+
+impl Wire for f32 {
+    fn from_count(n: usize) -> Self {
+        n as f32
+    }
+    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()> {
+        match data.as_slice::<f32>() {
+            Ok(values) => flat.extend_from_slice(values),
+            Err(_) => flat.extend(data.clone().convert_dtype(DType::F32).iter::<f32>()),
+        }
+        Ok(())
+    }
+    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
+        collective.all_reduce_f32(buf, ReduceOp::Sum)
+    }
+}
+
+impl Wire for f64 {
+    fn from_count(n: usize) -> Self {
+        n as f64
+    }
+    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()> {
+        flat.extend_from_slice(data.as_slice::<f64>()?);
+        Ok(())
+    }
+    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
+        collective.all_reduce_f64(buf, ReduceOp::Sum)
+    }
+}
+
+/// Consecutive runs of `indices` whose gradients fit in `cap` bytes (a larger gradient gets a
+/// bucket of its own).
+fn buckets(
+    indices: &[usize],
+    taken: &[(ParamId, TensorData)],
+    elem_bytes: usize,
+    cap: usize,
+) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut size = 0;
+    for &i in indices {
+        let bytes = taken[i].1.num_elements() * elem_bytes;
+        match out.last_mut() {
+            Some(last) if size + bytes <= cap => {
+                last.push(i);
+                size += bytes;
+            }
+            _ => {
+                out.push(vec![i]);
+                size = bytes;
+            }
+        }
+    }
+    out
+}
+
+/// Puts a summed bucket back into the gradients it came from, divided by `n`, in their
+/// own dtypes.
+fn scatter_mean<E: Wire>(
+    bucket: &[usize],
+    taken: &mut [(ParamId, TensorData)],
+    flat: &[E],
+    n: E,
+) -> anyhow::Result<()> {
+    let mut offset = 0;
+    for &i in bucket {
+        let data = &mut taken[i].1;
+        let len = data.num_elements();
+        let sums = &flat[offset..offset + len];
+        offset += len;
+        match data.as_mut_slice::<E>() {
+            Ok(own) => own.iter_mut().zip(sums).for_each(|(g, &s)| *g = s / n),
+            Err(_) => {
+                let dtype = data.dtype;
+                let mean: Vec<E> = sums.iter().map(|&s| s / n).collect();
+                *data = TensorData::new(mean, data.shape.clone()).convert_dtype(dtype);
+            }
+        }
+    }
+    Ok(())
+}

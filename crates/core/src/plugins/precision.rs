@@ -1,0 +1,187 @@
+//! Precision plugins: the numeric policy of a run, as the loop applies it.
+//!
+//! A precision plugin builds on one of the six named precisions ([`Precision`]), which fixes
+//! the device's float type and whether the optimizer's weights are f32 masters; the connector
+//! checks that name against what the accelerator runs. The plugin then decides what the loop
+//! does with it: which parameters a step computes with in which type, how the loss is scaled,
+//! how gradients are unscaled and checked, how they are clipped, and what state it keeps in
+//! checkpoints. The built-ins are [`TruePrecision`] and [`MixedPrecision`] (16-mixed with
+//! dynamic loss scaling). See `docs/plugins.md`.
+
+use burn::tensor::FloatDType;
+
+use crate::plugins::access::Gradients;
+use crate::precision::Precision;
+use crate::trainer::dtype;
+use crate::trainer::options::ClipAlgorithm;
+use crate::trainer::scaler::GradScaler;
+
+/// A run's numeric policy, chosen by name (`--trainer.precision`, `--trainer.plugins`) or
+/// given to the Trainer's builder.
+pub trait PrecisionPlugin {
+    /// The name it is selected by and shown under.
+    fn name(&self) -> &str;
+
+    /// The named precision it builds on: the device's float type, and f32 master weights for
+    /// the mixed ones.
+    fn precision(&self) -> Precision;
+
+    /// Whether the loop keeps f32 master weights and computes each step with a cast copy
+    /// ([`compute_dtype`](Self::compute_dtype) decides each parameter's type).
+    fn casts_for_compute(&self) -> bool {
+        dtype::mixed_dtype(self.precision()).is_some()
+    }
+
+    /// The float type the parameter at `path` (burn's module path, e.g. `mlp.hidden.0`)
+    /// computes in during a step; `None` keeps the master's f32. Read only when
+    /// [`casts_for_compute`](Self::casts_for_compute) is true.
+    fn compute_dtype(&self, path: &str) -> Option<FloatDType> {
+        let _ = path;
+        dtype::mixed_dtype(self.precision())
+    }
+
+    /// The factor the loss is multiplied by before backward (in f32); `None`: no scaling.
+    fn loss_scale(&self) -> Option<f64> {
+        None
+    }
+
+    /// Undoes the loss scale on the (already reduced) gradients and says whether the optimizer
+    /// should step; a plugin that skips a step adjusts its own state here.
+    fn unscale_gradients(&mut self, grads: &mut dyn Gradients) -> bool {
+        let _ = grads;
+        true
+    }
+
+    /// Clips the gradients before the optimizer step (`gradient_clip_val` is set).
+    fn clip_gradients(
+        &mut self,
+        grads: &mut dyn Gradients,
+        algorithm: ClipAlgorithm,
+        threshold: f64,
+    ) {
+        grads.clip(algorithm, threshold);
+    }
+
+    /// Values to log with the step that just unscaled (e.g. `loss_scale`).
+    fn step_metrics(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+
+    /// The checkpoint section its state is saved under, if it has state.
+    fn state_key(&self) -> Option<&str> {
+        None
+    }
+
+    /// Its state, saved in every checkpoint under [`state_key`](Self::state_key).
+    fn state(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Restores the state a checkpoint saved.
+    fn load_state(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        let _ = bytes;
+        Ok(())
+    }
+}
+
+/// Everything in one float type: `32-true`, `64-true`, `16-true`, `bf16-true`.
+#[derive(Debug, Clone, Copy)]
+pub struct TruePrecision(pub Precision);
+
+impl PrecisionPlugin for TruePrecision {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn precision(&self) -> Precision {
+        self.0
+    }
+}
+
+/// f32 master weights, compute in bf16 or f16; under `16-mixed` the loss is scaled
+/// dynamically ([`GradScaler`]) and steps with non-finite gradients are skipped.
+#[derive(Debug, Clone)]
+pub struct MixedPrecision {
+    precision: Precision,
+    /// The loss scaler (16-mixed only).
+    pub scaler: Option<GradScaler>,
+}
+
+impl MixedPrecision {
+    /// `bf16-mixed`.
+    pub fn bf16() -> Self {
+        Self {
+            precision: Precision::Bf16Mixed,
+            scaler: None,
+        }
+    }
+
+    /// `16-mixed` with this loss scaler.
+    pub fn f16(scaler: GradScaler) -> Self {
+        Self {
+            precision: Precision::F16Mixed,
+            scaler: Some(scaler),
+        }
+    }
+}
+
+impl PrecisionPlugin for MixedPrecision {
+    fn name(&self) -> &str {
+        self.precision.name()
+    }
+
+    fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    fn loss_scale(&self) -> Option<f64> {
+        self.scaler.as_ref().map(|s| s.scale)
+    }
+
+    fn unscale_gradients(&mut self, grads: &mut dyn Gradients) -> bool {
+        match &mut self.scaler {
+            Some(scaler) => {
+                let finite = scaler.unscale_gradients(grads);
+                scaler.update(finite)
+            }
+            None => true,
+        }
+    }
+
+    fn step_metrics(&self) -> Vec<(&'static str, f64)> {
+        self.scaler.as_ref().map_or_else(Vec::new, |s| {
+            vec![
+                ("loss_scale", s.scale),
+                ("skipped_steps", s.skipped_steps as f64),
+            ]
+        })
+    }
+
+    fn state_key(&self) -> Option<&str> {
+        self.scaler
+            .as_ref()
+            .map(|_| crate::trainer::scaler::STATE_KEY)
+    }
+
+    fn state(&self) -> Vec<u8> {
+        self.scaler.as_ref().map_or_else(Vec::new, |s| {
+            serde_json::to_vec(s).expect("a GradScaler is plain numbers")
+        })
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        if let Some(scaler) = &mut self.scaler {
+            *scaler = serde_json::from_slice(bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// The built-in plugin of a named precision.
+pub fn builtin(precision: Precision) -> Box<dyn PrecisionPlugin> {
+    match precision {
+        Precision::F16Mixed => Box::new(MixedPrecision::f16(GradScaler::default())),
+        Precision::Bf16Mixed => Box::new(MixedPrecision::bf16()),
+        other => Box::new(TruePrecision(other)),
+    }
+}

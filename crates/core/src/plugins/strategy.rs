@@ -1,0 +1,151 @@
+//! Strategies: how a run spreads over processes, and what the loop asks of it.
+//!
+//! A strategy owns the parts of a run that differ between one device and many — the
+//! collective between the processes, the precision plugin, the checkpoint IO and the plan
+//! (cluster environment, ranks, devices) — and the loop calls it wherever strategies differ:
+//! the seed and the starting weights, how each loader is sharded, the gradient reduction
+//! before the optimizer step, what happens after the step, which rank writes, the stop
+//! agreement, and teardown. The built-ins are `single_device` ([`SingleDevice`]) and `ddp`
+//! ([`Ddp`](crate::plugins::ddp::Ddp)); see `docs/plugins.md` for writing one.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::checkpoint_io::CheckpointIO;
+use crate::collective::{Collective, ReduceOp};
+use crate::plan::Plan;
+use crate::plugins::access::{Gradients, Weights};
+use crate::plugins::precision::PrecisionPlugin;
+use crate::trainer::data::Shard;
+
+/// What the Trainer connects to every strategy it builds.
+pub struct StrategyParts {
+    /// The resolved plan of this process: accelerator, devices, cluster environment, ranks.
+    pub plan: Plan,
+    /// The collective between the run's processes ([`SingleProcess`](crate::collective::SingleProcess)
+    /// in a one-process run).
+    pub collective: Rc<dyn Collective>,
+    /// The numeric policy.
+    pub precision: Box<dyn PrecisionPlugin>,
+    /// How checkpoints are written and read.
+    pub checkpoint_io: Arc<dyn CheckpointIO>,
+    /// `--trainer.ddp_bucket_cap_mb` in bytes: how much gradient one all-reduce carries.
+    pub bucket_cap_bytes: usize,
+}
+
+/// How a run spreads over processes: the Trainer's loops call it wherever that matters.
+///
+/// Only [`name`](Self::name), [`parts`](Self::parts) and [`parts_mut`](Self::parts_mut) are
+/// required; every other method has the one-process behaviour (or, for the collective calls,
+/// the behaviour every data-parallel strategy shares), so a strategy overrides what it
+/// changes. A custom strategy usually wraps a built-in one and delegates the rest.
+pub trait Strategy {
+    /// The name it is selected by (`--trainer.strategy`).
+    fn name(&self) -> &str;
+
+    /// The parts the Trainer connected.
+    fn parts(&self) -> &StrategyParts;
+
+    /// The parts the Trainer connected, to change.
+    fn parts_mut(&mut self) -> &mut StrategyParts;
+
+    /// The collective between the run's processes, for the loop and for user code.
+    fn collective(&self) -> &dyn Collective {
+        self.parts().collective.as_ref()
+    }
+
+    /// Whether this process speaks for the run: it logs, shows progress and writes checkpoints.
+    fn is_global_zero(&self) -> bool {
+        self.collective().rank() == 0
+    }
+
+    /// The share of every loader (train, val, test, predict) this process sees.
+    fn shard(&self) -> Shard {
+        Shard {
+            rank: self.collective().rank(),
+            world: self.collective().world_size(),
+        }
+    }
+
+    /// The seed every process uses, given this one's (rank 0's wins).
+    fn broadcast_seed(&self, seed: u64) -> anyhow::Result<u64> {
+        if self.collective().world_size() < 2 {
+            return Ok(seed);
+        }
+        let mut bytes = seed.to_le_bytes().to_vec();
+        self.collective().broadcast(&mut bytes, 0)?;
+        let bytes: [u8; 8] = bytes
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("rank 0 broadcast a seed that is not 8 bytes"))?;
+        Ok(u64::from_le_bytes(bytes))
+    }
+
+    /// Prepares the weights before the first step of `fit` (after a resume): e.g. every rank
+    /// takes rank 0's.
+    fn setup_weights(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
+        let _ = weights;
+        Ok(())
+    }
+
+    /// Reduces the step's gradients across processes (after accumulation, before the precision
+    /// plugin unscales and clips them).
+    fn reduce_gradients(&mut self, grads: &mut dyn Gradients) -> anyhow::Result<()> {
+        let _ = grads;
+        Ok(())
+    }
+
+    /// Called after each optimizer step that was taken, with the step count so far.
+    fn on_optimizer_step(
+        &mut self,
+        weights: &mut dyn Weights,
+        global_step: u64,
+    ) -> anyhow::Result<()> {
+        let _ = (weights, global_step);
+        Ok(())
+    }
+
+    /// Combines per-process decisions so every process acts the same: each value becomes the
+    /// maximum over the processes (a stop anywhere stops all at the same batch).
+    fn agree(&self, flags: &mut [f64]) -> anyhow::Result<()> {
+        if self.collective().world_size() < 2 {
+            return Ok(());
+        }
+        self.collective().all_reduce_f64(flags, ReduceOp::Max)
+    }
+
+    /// Called once at the end of `fit` with the final weights (which it may still change).
+    fn teardown(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
+        let _ = weights;
+        Ok(())
+    }
+}
+
+/// One process on one device: every hook is the identity.
+pub struct SingleDevice {
+    parts: StrategyParts,
+}
+
+impl SingleDevice {
+    /// The `single_device` strategy over `parts`.
+    pub fn new(parts: StrategyParts) -> Self {
+        Self { parts }
+    }
+}
+
+impl Strategy for SingleDevice {
+    fn name(&self) -> &str {
+        crate::strategy::SINGLE_DEVICE
+    }
+
+    fn parts(&self) -> &StrategyParts {
+        &self.parts
+    }
+
+    fn parts_mut(&mut self) -> &mut StrategyParts {
+        &mut self.parts
+    }
+}
+
+/// Builds a strategy over the parts the Trainer connects; registered under a name, or given
+/// to [`TrainerBuilder::strategy`](crate::trainer::TrainerBuilder::strategy).
+pub type StrategyFactory = Arc<dyn Fn(StrategyParts) -> anyhow::Result<Box<dyn Strategy>>>;

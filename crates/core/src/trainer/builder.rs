@@ -1,0 +1,203 @@
+//! Building a Trainer: the plan's names (or values given in Rust) turned into a connected
+//! strategy, precision plugin and checkpoint IO.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::Trainer;
+use super::dtype;
+use super::options::TrainerOptions;
+use crate::accelerator::Accelerator;
+use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
+use crate::collective::{Collective, SingleProcess};
+use crate::plan::Plan;
+use crate::plugins::ddp::Ddp;
+use crate::plugins::precision::{self, PrecisionPlugin};
+use crate::plugins::strategy::{SingleDevice, Strategy, StrategyFactory, StrategyParts};
+use crate::plugins::{self, PluginFactories};
+use crate::strategy::{DDP, SINGLE_DEVICE};
+
+/// Builds a [`Trainer`] from a plan, taking any of its parts as values instead of by name.
+pub struct TrainerBuilder {
+    plan: Plan,
+    options: TrainerOptions,
+    strategy: Option<StrategyFactory>,
+    precision: Option<Box<dyn PrecisionPlugin>>,
+    checkpoint_io: Option<Arc<dyn CheckpointIO>>,
+    collective: Option<Rc<dyn Collective>>,
+}
+
+impl TrainerBuilder {
+    pub(super) fn new(plan: &Plan, options: TrainerOptions) -> Self {
+        Self {
+            plan: plan.clone(),
+            options,
+            strategy: None,
+            precision: None,
+            checkpoint_io: None,
+            collective: None,
+        }
+    }
+
+    /// The strategy, built over the parts the Trainer connects (instead of `plan.strategy`).
+    pub fn strategy(
+        mut self,
+        factory: impl Fn(StrategyParts) -> anyhow::Result<Box<dyn Strategy>> + 'static,
+    ) -> Self {
+        self.strategy = Some(Arc::new(factory));
+        self
+    }
+
+    /// The precision plugin (instead of the plan's). Its named precision should be the plan's,
+    /// which the connector checked against the accelerator.
+    pub fn precision(mut self, plugin: impl PrecisionPlugin + 'static) -> Self {
+        self.precision = Some(Box::new(plugin));
+        self
+    }
+
+    /// How checkpoints are written and read (instead of `checkpoint_io` / the plan's plugin).
+    pub fn checkpoint_io(mut self, io: impl CheckpointIO + 'static) -> Self {
+        self.checkpoint_io = Some(Arc::new(io));
+        self
+    }
+
+    /// The collective between the run's processes (instead of the one the CLI installed on
+    /// this thread).
+    pub fn collective(mut self, collective: Rc<dyn Collective>) -> Self {
+        self.collective = Some(collective);
+        self
+    }
+
+    /// The Trainer, on the device of accelerator `A` this process drives.
+    pub fn build<A: Accelerator>(self) -> anyhow::Result<Trainer<A::Backend>> {
+        let Self {
+            plan,
+            options,
+            strategy,
+            precision,
+            checkpoint_io,
+            collective,
+        } = self;
+        crate::accelerator::check_deterministic(
+            A::name(),
+            options.deterministic,
+            A::deterministic,
+        )?;
+        let device = A::parallel_devices(&[plan.local_device()])
+            .into_iter()
+            .next()
+            .context("the accelerator returned no device")?;
+        let parts = parts(&plan, &options, precision, checkpoint_io, collective)?;
+        dtype::apply::<A::Backend>(&device, parts.precision.precision())?;
+        let strategy = match strategy {
+            Some(factory) => factory(parts)?,
+            None => strategy_named(&plan.strategy, &plugins::current(), parts)?,
+        };
+        let mut trainer = Trainer::with_strategy(device, options, strategy)?;
+        trainer.device_stats = A::device_stats;
+        Ok(trainer)
+    }
+}
+
+/// The parts every strategy gets: what was given, else what the plan names.
+pub(super) fn parts(
+    plan: &Plan,
+    options: &TrainerOptions,
+    precision: Option<Box<dyn PrecisionPlugin>>,
+    checkpoint_io: Option<Arc<dyn CheckpointIO>>,
+    collective: Option<Rc<dyn Collective>>,
+) -> anyhow::Result<StrategyParts> {
+    let factories = plugins::current();
+    if let Some(missing) = plan
+        .plugins
+        .iter()
+        .find(|n| factories.precision(n).is_none() && factories.checkpoint_io(n).is_none())
+    {
+        anyhow::bail!(
+            "the plan names plugin `{missing}`, which is not installed on this thread: run through ember's Cli with the Registry that registers it, or pass it to Trainer::builder(..)"
+        );
+    }
+    let precision = match precision {
+        Some(plugin) => plugin,
+        None => precision_named(plan, &factories)?,
+    };
+    let checkpoint_io = match checkpoint_io {
+        Some(io) => io,
+        None => checkpoint_io_named(plan, options, &factories),
+    };
+    let collective = match collective {
+        Some(collective) => collective,
+        None if plan.world_size > 1 => crate::collective::current().with_context(|| {
+            format!(
+                "the plan has {} processes but no collective is installed on this thread: run through ember's Cli with a \
+                 distributed engine, or join one (e.g. ember_mpi::MpiEngine) and pass it to Trainer::builder(..).collective(..)",
+                plan.world_size
+            )
+        })?,
+        None => Rc::new(SingleProcess),
+    };
+    Ok(StrategyParts {
+        plan: plan.clone(),
+        collective,
+        precision,
+        checkpoint_io,
+        bucket_cap_bytes: (options.ddp_bucket_cap_mb * 1024.0 * 1024.0) as usize,
+    })
+}
+
+/// The precision plugin `plan.plugins` names, else the built-in one of `plan.precision`.
+fn precision_named(
+    plan: &Plan,
+    factories: &PluginFactories,
+) -> anyhow::Result<Box<dyn PrecisionPlugin>> {
+    for name in &plan.plugins {
+        if let Some(factory) = factories.precision(name) {
+            let plugin = factory();
+            anyhow::ensure!(
+                plugin.precision() == plan.precision,
+                "precision plugin {name} runs {}, but the plan says {}",
+                plugin.precision(),
+                plan.precision
+            );
+            return Ok(plugin);
+        }
+    }
+    Ok(precision::builtin(plan.precision))
+}
+
+/// The checkpoint IO `plan.plugins` names, else the one `checkpoint_io` (sync/async) says.
+fn checkpoint_io_named(
+    plan: &Plan,
+    options: &TrainerOptions,
+    factories: &PluginFactories,
+) -> Arc<dyn CheckpointIO> {
+    let named = plan
+        .plugins
+        .iter()
+        .find_map(|name| factories.checkpoint_io(name));
+    match named {
+        Some(factory) => factory(),
+        None if options.async_checkpointing => Arc::new(AsyncCheckpointIO::new(LocalCheckpointIO)),
+        None => Arc::new(LocalCheckpointIO),
+    }
+}
+
+/// The strategy registered as `name` (the application's first, then the built-ins).
+fn strategy_named(
+    name: &str,
+    factories: &PluginFactories,
+    parts: StrategyParts,
+) -> anyhow::Result<Box<dyn Strategy>> {
+    if let Some(factory) = factories.strategy(name) {
+        return factory(parts);
+    }
+    match name {
+        SINGLE_DEVICE => Ok(Box::new(SingleDevice::new(parts))),
+        DDP => Ok(Box::new(Ddp::new(parts))),
+        other => anyhow::bail!(
+            "the plan names strategy `{other}`, which is not registered in this program (register it on the Registry the CLI runs, or pass it to Trainer::builder(..).strategy(..))"
+        ),
+    }
+}

@@ -1,0 +1,190 @@
+//! The state one entry point (fit, validate, test, predict) works with, its callback hooks,
+//! and what a `fit` checkpoint is written from.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use anyhow::Context;
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::tensor::backend::AutodiffBackend;
+use serde_json::Value;
+
+use crate::accelerator::DeviceStats;
+use crate::callbacks::{self, Callback, CallbackContext, Saver, TrainerState};
+use crate::checkpoint_io::CheckpointIO;
+use crate::loggers::Loggers;
+use crate::plugins::precision::PrecisionPlugin;
+use crate::trainer::checkpoint::{Checkpoint, Progress, record_bytes, weights_of};
+
+/// What a `fit` checkpoint holds besides the loop's state: the model, the optimizer, the
+/// scheduler and the precision plugin's state as they are now.
+pub(super) struct FitParts<'a, B, M, O, S> {
+    model: &'a M,
+    optimizer: &'a O,
+    scheduler: &'a S,
+    precision: &'a dyn PrecisionPlugin,
+    backend: std::marker::PhantomData<B>,
+}
+
+impl<'a, B, M, O, S> FitParts<'a, B, M, O, S>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+    O: Optimizer<M, B>,
+    S: LrScheduler,
+{
+    pub(super) fn new(
+        model: &'a M,
+        optimizer: &'a O,
+        scheduler: &'a S,
+        precision: &'a dyn PrecisionPlugin,
+    ) -> Self {
+        Self {
+            model,
+            optimizer,
+            scheduler,
+            precision,
+            backend: std::marker::PhantomData,
+        }
+    }
+
+    /// Writes a checkpoint: weights, optimizer, scheduler, the precision plugin's state,
+    /// progress, seed, callback states and hyperparameters.
+    pub(super) fn save(
+        &self,
+        io: &dyn CheckpointIO,
+        (seed, hparams): (u64, &Value),
+        path: &Path,
+        state: &TrainerState,
+        callback_states: &callbacks::CallbackStates,
+    ) -> anyhow::Result<()> {
+        let progress = Progress {
+            epoch: state.epoch,
+            global_step: state.global_step,
+            batches_done: state.batches_done as u64,
+            learning_rate: state.learning_rate,
+            seed,
+        };
+        let mut sections = vec![
+            (
+                "optimizer".to_owned(),
+                record_bytes::<B, _>(self.optimizer.to_record())?,
+            ),
+            (
+                "scheduler".to_owned(),
+                record_bytes::<B, _>(self.scheduler.to_record::<B>())?,
+            ),
+            ("callbacks".to_owned(), serde_json::to_vec(callback_states)?),
+        ];
+        if let Some(key) = self.precision.state_key() {
+            sections.push((key.to_owned(), self.precision.state()));
+        }
+        if !hparams.is_null() {
+            sections.push(("hparams".to_owned(), serde_json::to_vec(hparams)?));
+        }
+        let bytes = Checkpoint::encode(
+            progress,
+            state.callback_metrics.clone(),
+            weights_of::<B, M>(self.model)?,
+            sections,
+        )?;
+        io.save(&bytes, path)
+    }
+}
+
+/// The parts of the Trainer one entry point works with.
+pub(super) struct Run {
+    pub(super) state: TrainerState,
+    pub(super) loggers: Loggers,
+    pub(super) callbacks: Vec<Box<dyn Callback>>,
+    pub(super) device_stats: Box<dyn Fn() -> DeviceStats>,
+    pub(super) checkpoint_io: Arc<dyn CheckpointIO>,
+    /// The run's seed and hyperparameters, for checkpoints.
+    pub(super) seed: u64,
+    pub(super) hparams: Rc<Value>,
+}
+
+impl Run {
+    fn context<'a>(
+        &'a mut self,
+        saver: Option<Saver<'a>>,
+        others: [&'a [Box<dyn Callback>]; 2],
+    ) -> CallbackContext<'a> {
+        CallbackContext {
+            state: &mut self.state,
+            loggers: &mut self.loggers,
+            saver,
+            others,
+            own_state: None,
+            io: self.checkpoint_io.as_ref(),
+            device_stats: self.device_stats.as_ref(),
+        }
+    }
+
+    /// Calls one hook on every callback, in order; the first error stops and names the callback.
+    pub(super) fn hook(
+        &mut self,
+        saver: Option<Saver<'_>>,
+        f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut callbacks = std::mem::take(&mut self.callbacks);
+        let result = (|| {
+            for i in 0..callbacks.len() {
+                // The others stay readable: a checkpoint saved from this hook records their states.
+                let (before, rest) = callbacks.split_at_mut(i);
+                let (c, after) = rest.split_first_mut().expect("i is below the length");
+                let mut ctx = self.context(saver, [&*before, &*after]);
+                f(c.as_mut(), &mut ctx).with_context(|| format!("in callback {}", c.name()))?;
+            }
+            Ok(())
+        })();
+        self.callbacks = callbacks;
+        result
+    }
+
+    /// A hook during `fit`, where callbacks may save checkpoints of the model and optimizer.
+    pub(super) fn hook_fit<B, M, O, S>(
+        &mut self,
+        parts: &FitParts<'_, B, M, O, S>,
+        f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+        O: Optimizer<M, B>,
+        S: LrScheduler,
+    {
+        let (io, seed, hparams) = (
+            Arc::clone(&self.checkpoint_io),
+            self.seed,
+            Rc::clone(&self.hparams),
+        );
+        let save = |path: &Path, state: &TrainerState, states: &callbacks::CallbackStates| {
+            parts.save(io.as_ref(), (seed, &hparams), path, state, states)
+        };
+        self.hook(Some(&save), f)
+    }
+
+    /// Makes epoch-level metrics visible: to callbacks, the progress bar, and the loggers
+    /// (with the epoch number, at the current step).
+    pub(super) fn publish(
+        &mut self,
+        metrics: &BTreeMap<String, f64>,
+        to_prog_bar: bool,
+    ) -> anyhow::Result<()> {
+        if metrics.is_empty() {
+            return Ok(());
+        }
+        self.state.callback_metrics.extend(metrics.clone());
+        if to_prog_bar {
+            self.state.progress_bar_metrics.extend(metrics.clone());
+        }
+        let mut logged = metrics.clone();
+        logged.insert("epoch".into(), self.state.epoch as f64);
+        self.loggers.log_metrics(&logged, self.state.global_step)
+    }
+}

@@ -1,0 +1,196 @@
+//! Three plugins written outside ember's crates, as an expert user writes them:
+//!
+//! - [`LocalSgd`], a strategy: data parallel without a gradient all-reduce; every `k` optimizer
+//!   steps the ranks average their weights instead (local SGD), so they talk `k` times less.
+//! - [`StaticLossScale`], a precision plugin: bf16-mixed with a fixed loss scale, skipping steps
+//!   whose gradients are not finite.
+//! - [`RenamedElastic`], a cluster environment: a torchelastic-style reader of a scheduler
+//!   that names its variables `JOB_*`.
+//!
+//! `src/main.rs` registers them; see `docs/plugins.md`.
+
+use ember::burn::tensor::{DType, TensorData};
+use ember::cluster::{Env, Ranks, optional_usize, required_usize};
+use ember::collective::ReduceOp;
+use ember::error::PlanResult;
+use ember::{
+    ClusterEnvironment, Gradients, Precision, PrecisionPlugin, Strategy, StrategyParts, Weights,
+};
+
+/// Local SGD: each rank steps on its own gradients; every `every` steps the weights are
+/// averaged over the ranks (and once more at the end of `fit`, so the replicas agree).
+pub struct LocalSgd {
+    inner: ember::Ddp,
+    every: u64,
+}
+
+impl LocalSgd {
+    /// Name it is registered under.
+    pub const NAME: &'static str = "local_sgd";
+
+    /// Local SGD over `parts`, averaging weights every `every` optimizer steps.
+    pub fn new(parts: StrategyParts, every: u64) -> Self {
+        Self {
+            inner: ember::Ddp::new(parts),
+            every: every.max(1),
+        }
+    }
+
+    /// Replaces every float weight by its mean over the ranks.
+    fn average(&self, weights: &mut dyn Weights) -> anyhow::Result<()> {
+        let world = self.collective().world_size();
+        if world < 2 {
+            return Ok(());
+        }
+        let mut averaged = Vec::new();
+        for (id, data) in weights.to_host() {
+            let (dtype, shape) = (data.dtype, data.shape.clone());
+            let mut values: Vec<f64> = data.convert_dtype(DType::F64).to_vec()?;
+            self.collective()
+                .all_reduce_f64(&mut values, ReduceOp::Sum)?;
+            values.iter_mut().for_each(|v| *v /= world as f64);
+            averaged.push((id, TensorData::new(values, shape).convert_dtype(dtype)));
+        }
+        weights.load_host(averaged)
+    }
+}
+
+impl Strategy for LocalSgd {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn parts(&self) -> &StrategyParts {
+        self.inner.parts()
+    }
+
+    fn parts_mut(&mut self) -> &mut StrategyParts {
+        self.inner.parts_mut()
+    }
+
+    /// Every rank starts from rank 0's weights, as under ddp.
+    fn setup_weights(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
+        self.inner.setup_weights(weights)
+    }
+
+    /// No all-reduce: each rank keeps its own gradients.
+    fn reduce_gradients(&mut self, _grads: &mut dyn Gradients) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn on_optimizer_step(
+        &mut self,
+        weights: &mut dyn Weights,
+        global_step: u64,
+    ) -> anyhow::Result<()> {
+        if global_step.is_multiple_of(self.every) {
+            self.average(weights)?;
+        }
+        Ok(())
+    }
+
+    /// A last average, then the same replica check as ddp.
+    fn teardown(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
+        self.average(weights)?;
+        ember::plugins::ddp::check_replicas(self.collective(), &*weights)
+    }
+}
+
+/// bf16-mixed with a fixed loss scale: the loss is multiplied by `scale` before backward, the
+/// gradients divided by it after, and a step whose gradients are not finite is skipped.
+#[derive(Debug, Clone)]
+pub struct StaticLossScale {
+    /// The loss scale.
+    pub scale: f64,
+    /// Steps skipped so far (kept in checkpoints).
+    pub skipped: u64,
+}
+
+impl StaticLossScale {
+    /// Name it is registered under.
+    pub const NAME: &'static str = "bf16-static-scale";
+}
+
+impl PrecisionPlugin for StaticLossScale {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn precision(&self) -> Precision {
+        Precision::Bf16Mixed
+    }
+
+    fn loss_scale(&self) -> Option<f64> {
+        Some(self.scale)
+    }
+
+    fn unscale_gradients(&mut self, grads: &mut dyn Gradients) -> bool {
+        grads.scale(1.0 / self.scale);
+        let finite = grads.global_norm().is_none_or(f64::is_finite);
+        if !finite {
+            self.skipped += 1;
+        }
+        finite
+    }
+
+    fn step_metrics(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("static_loss_scale", self.scale),
+            ("static_skipped", self.skipped as f64),
+        ]
+    }
+
+    fn state_key(&self) -> Option<&str> {
+        Some("static_loss_scale")
+    }
+
+    fn state(&self) -> Vec<u8> {
+        self.skipped.to_le_bytes().to_vec()
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        let bytes: [u8; 8] = bytes
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("expected 8 bytes of skipped steps"))?;
+        self.skipped = u64::from_le_bytes(bytes);
+        Ok(())
+    }
+}
+
+/// A scheduler that starts every process itself and says so in `JOB_ID`, `JOB_WORLD`,
+/// `JOB_RANK`, `JOB_LOCAL_RANK` and `JOB_NODE` (and `JOB_HOST` for rank 0's address).
+#[derive(Debug, Clone, Copy)]
+pub struct RenamedElastic;
+
+impl RenamedElastic {
+    /// Name it is registered under.
+    pub const NAME: &'static str = "renamed";
+}
+
+impl ClusterEnvironment for RenamedElastic {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn description(&self) -> &str {
+        "example: a scheduler that sets JOB_ID, JOB_WORLD, JOB_RANK, JOB_LOCAL_RANK, JOB_NODE"
+    }
+
+    fn detect(&self, env: &Env) -> bool {
+        env.contains_key("JOB_ID")
+    }
+
+    fn ranks(&self, env: &Env, _devices: usize, _nodes: usize) -> PlanResult<Ranks> {
+        let mut ranks = Ranks::new(
+            required_usize(env, "JOB_WORLD", Self::NAME)?,
+            required_usize(env, "JOB_RANK", Self::NAME)?,
+            optional_usize(env, "JOB_LOCAL_RANK")?.unwrap_or(0),
+            optional_usize(env, "JOB_NODE")?.unwrap_or(0),
+        )
+        .check("JOB_WORLD", "JOB_RANK")?;
+        if let Some(host) = env.get("JOB_HOST") {
+            ranks.main_address = host.clone();
+        }
+        Ok(ranks)
+    }
+}

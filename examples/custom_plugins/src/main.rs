@@ -1,0 +1,56 @@
+//! The digits job with three plugins registered in `main`: `--trainer.strategy=local_sgd`,
+//! `--trainer.precision=bf16-static-scale`, and the `renamed` cluster environment.
+
+use std::process::ExitCode;
+
+use custom_plugins::{LocalSgd, RenamedElastic, StaticLossScale};
+use digits::job::{DEFAULT_EPOCHS, DEFAULT_SEED, DigitsJob};
+use digits::model::ModelConfig;
+use digits::train::DataConfig;
+use ember::{Cli, Registry, RegistryError, StrategyInfo, TrainerFlags};
+
+/// Optimizer steps between two weight averages of local SGD.
+const LOCAL_SGD_EVERY: u64 = 4;
+
+fn registry() -> Result<Registry<DigitsJob>, RegistryError> {
+    ember::registry::<DigitsJob>()
+        .register_strategy(
+            StrategyInfo::new(
+                LocalSgd::NAME,
+                "example: data parallel that averages weights every 4 steps instead of gradients",
+                true,
+            ),
+            |parts| Ok(Box::new(LocalSgd::new(parts, LOCAL_SGD_EVERY))),
+        )?
+        .register_precision(
+            StaticLossScale::NAME,
+            "example: bf16-mixed with a fixed loss scale of 1024",
+            || StaticLossScale {
+                scale: 1024.0,
+                skipped: 0,
+            },
+        )?
+        .register_cluster_environment(RenamedElastic)
+}
+
+fn main() -> ExitCode {
+    let registry = match registry() {
+        Ok(registry) => registry,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    Cli::new(
+        "custom_plugins",
+        "digits with a strategy, a precision plugin and a cluster environment of its own",
+        ModelConfig::default(),
+        DataConfig::default(),
+    )
+    .with_trainer_defaults(
+        TrainerFlags::default()
+            .max_epochs(DEFAULT_EPOCHS)
+            .seed(DEFAULT_SEED),
+    )
+    .run(&registry, DigitsJob::from)
+}
