@@ -237,9 +237,12 @@ fn plugin_names(flag: &str, value: &Value) -> PlanResult<Vec<String>> {
         let name = match item {
             Value::String(s) => s.trim(),
             Value::Object(table) => {
-                let args = table.get("init_args");
-                if args.is_some_and(|a| a.as_object().is_none_or(|m| !m.is_empty()) && !a.is_null())
-                {
+                let no_args = match table.get("init_args") {
+                    None | Some(Value::Null) => true,
+                    Some(Value::Object(args)) => args.is_empty(),
+                    Some(_) => false,
+                };
+                if !no_args {
                     return Err(FlagError::new(
                         flag,
                         render(item),

@@ -235,15 +235,10 @@ impl<J: Job> Registry<J> {
     ) -> Result<Self, RegistryError> {
         let name = environment.name().to_owned();
         self.check_free("cluster environment", &name)?;
-        let registered = self
-            .catalog
-            .cluster_environments
-            .iter()
-            .position(|e| e.name() == crate::cluster::builtin_environments()[0].name())
-            .unwrap_or(0);
-        self.catalog
-            .cluster_environments
-            .insert(registered, Arc::new(environment));
+        // After those registered before, ahead of the built-ins.
+        let environments = &mut self.catalog.cluster_environments;
+        let builtins = crate::cluster::builtin_environments().len();
+        environments.insert(environments.len() - builtins, Arc::new(environment));
         Ok(self)
     }
 

@@ -89,23 +89,31 @@ pub fn compute<B: Backend, M: Module<B>>(model: M, dtype: FloatDType) -> M {
     model.map(&mut Cast(dtype))
 }
 
-/// Casts each float parameter to the type a precision plugin gives for its module path.
+/// Casts each float parameter to the type a precision plugin gives for its module path
+/// (one path buffer reused for every parameter: this runs on every step).
 struct CastByPath<'a> {
     plugin: &'a dyn PrecisionPlugin,
-    path: Vec<String>,
+    path: String,
+    /// Length of `path` before each module entered.
+    marks: Vec<usize>,
 }
 
 impl<B: Backend> ModuleMapper<B> for CastByPath<'_> {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_owned());
+        self.marks.push(self.path.len());
+        if !self.path.is_empty() {
+            self.path.push('.');
+        }
+        self.path.push_str(name);
     }
 
     fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
+        let mark = self.marks.pop().unwrap_or(0);
+        self.path.truncate(mark);
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        match self.plugin.compute_dtype(&self.path.join(".")) {
+        match self.plugin.compute_dtype(&self.path) {
             Some(dtype) => param.map(|t| t.cast(dtype)),
             None => param,
         }
@@ -117,6 +125,7 @@ impl<B: Backend> ModuleMapper<B> for CastByPath<'_> {
 pub fn compute_as<B: Backend, M: Module<B>>(model: M, plugin: &dyn PrecisionPlugin) -> M {
     model.map(&mut CastByPath {
         plugin,
-        path: Vec::new(),
+        path: String::new(),
+        marks: Vec::new(),
     })
 }
