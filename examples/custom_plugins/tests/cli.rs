@@ -10,7 +10,8 @@ fn app_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     command
         .args(args)
         .current_dir(dir)
-        .env_remove("EMBER_INVENTORY");
+        // CPU only, so the assertions hold on machines with GPUs or lavapipe too.
+        .env("EMBER_INVENTORY", "");
     for var in [
         "JOB_ID",
         "OMPI_COMM_WORLD_SIZE",
