@@ -20,8 +20,8 @@ use ember::callbacks::{
     Callback, CallbackContext, EarlyStopping, EarlyStoppingConfig, Mode, ModelCheckpoint,
     ModelCheckpointConfig,
 };
+use ember::options::{ClipAlgorithm, Limit};
 use ember::trainer::grads;
-use ember::trainer::options::{ClipAlgorithm, Limit};
 use ember::{
     DataModule, EvalModule, FitOutcome, Loader, LogOptions, Optimizers, Plan, Precision, Reduce,
     StepLog, Trainer, TrainerOptions, TrainingModule,
@@ -697,7 +697,7 @@ fn csv_logger_writes_metrics_and_hparams_in_a_new_version() {
     let dir = tempfile::tempdir().unwrap();
     let o = TrainerOptions {
         log_every_n_steps: 2,
-        callbacks: vec![ember::trainer::options::CallbackSpec {
+        callbacks: vec![ember::options::CallbackSpec {
             class_path: "LearningRateMonitor".into(),
             init_args: serde_json::json!({}),
         }],

@@ -5,6 +5,8 @@
 //! (`CARGO_TARGET_DIR`, default `~/.cache/ember-target`), `CARGO_BUILD_JOBS=2` and
 //! `CARGO_INCREMENTAL=0` (each unless already set).
 
+mod layering;
+
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -24,7 +26,8 @@ cargo xtask <task>
   bench ddp [ROUNDS]            samples/s of 1 and 2 ddp ranks (wide MLP, cpu, OpenMPI)
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
-  lint               fmt --check, clippy -D warnings (all targets, all features)
+  lint               layering (no module cycle in ember-plan/ember-core, files <= 500
+                     lines, no burn under ember-plan), fmt --check, clippy -D warnings
   ci                 lint, then test
   setup              install system packages the tests need (scripts/setup.sh)
 ";
@@ -81,7 +84,8 @@ fn setup() -> bool {
 }
 
 fn lint() -> bool {
-    run("cargo", &["fmt", "--all", "--", "--check"], &[])
+    layering::check(&root())
+        && run("cargo", &["fmt", "--all", "--", "--check"], &[])
         && run(
             "cargo",
             &[

@@ -5,43 +5,14 @@ use std::collections::BTreeMap;
 use burn::tensor::Device;
 use burn::tensor::backend::AutodiffBackend;
 
+use crate::catalog::AcceleratorSpec;
 use crate::devices::{self, DevicesFlag};
 use crate::precision::Precision;
 
-/// Refuses `--trainer.deterministic=true` on an accelerator whose kernels cannot honour it
-/// (`support` is its [`Accelerator::deterministic`]).
-pub fn check_deterministic(
-    accelerator: &str,
-    wanted: bool,
-    support: fn() -> Result<(), String>,
-) -> crate::error::PlanResult<()> {
-    match support() {
-        Err(reason) if wanted => Err(crate::error::FlagError::new(
-            "--trainer.deterministic",
-            "true",
-            format!("accelerator {accelerator} cannot guarantee bitwise repeatable runs: {reason}"),
-        )),
-        _ => Ok(()),
-    }
-}
+pub use ember_plan::accelerator::{AcceleratorKind, check_deterministic};
 
 /// The device type of an accelerator's backend.
 pub type DeviceOf<A> = Device<<A as Accelerator>::Backend>;
-
-/// What family an accelerator belongs to; it decides the default device rules,
-/// whether `--trainer.accelerator=gpu` may pick it, and how 16-mixed is treated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AcceleratorKind {
-    /// Host CPU: `devices` counts processes.
-    Cpu,
-    /// A GPU: `devices` counts or names device ids; eligible for `accelerator=gpu`.
-    Gpu,
-    /// A TPU: `devices` is `auto`, 1, the full count, or `[i]`.
-    Tpu,
-    /// Anything else: GPU-style device rules, never picked by `gpu`.
-    Other,
-}
 
 /// Per-device figures for the DeviceStatsMonitor, e.g. `memory_used_bytes`.
 pub type DeviceStats = BTreeMap<String, f64>;
@@ -101,5 +72,27 @@ pub trait Accelerator: 'static {
     /// The precisions this accelerator's registered backends can run today.
     fn precisions() -> &'static [Precision] {
         &[Precision::F32True]
+    }
+}
+
+/// The connector's view of accelerator `A`: its names, rules and probe, without its backend.
+pub fn spec<A: Accelerator>() -> AcceleratorSpec {
+    AcceleratorSpec {
+        name: A::name(),
+        description: A::description(),
+        kind: A::kind(),
+        auto_priority: A::auto_priority(),
+        precisions: A::precisions(),
+        probe: probe::<A>,
+        parse_devices: A::parse_devices,
+        deterministic: A::deterministic,
+    }
+}
+
+fn probe<A: Accelerator>() -> usize {
+    if A::is_available() {
+        A::auto_device_count()
+    } else {
+        0
     }
 }

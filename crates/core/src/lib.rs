@@ -1,40 +1,34 @@
-//! ember-core: the backend-free heart of ember.
+//! ember-core: the Trainer and everything that touches burn.
 //!
 //! It defines the [`Accelerator`] seam between burn backend types and run-time names, the
-//! [`Registry`] that binds them, the pure [`connect`] function that turns flags, environment
-//! and device inventory into a [`Plan`], the cluster environments, the [`Cli`], and the
-//! [`Trainer`] with its loops, callbacks, loggers and checkpoint IO.
+//! [`Registry`] that binds them, the plugin traits ([`Strategy`], [`PrecisionPlugin`],
+//! checkpoint IO), the [`Cli`], and the [`Trainer`] with its loops, callbacks and loggers.
+//! The planning layer it builds on (flags, connector, plan, cluster environments, catalog,
+//! collective traits) is ember-plan, re-exported here under the same module names.
 //! It depends on no burn backend; accelerator crates bring those.
 //! See `docs/architecture.md` for why it is shaped this way.
 
 pub mod accelerator;
+pub use ember_plan::{
+    catalog, cluster, collective, config, connector, devices, error, flags, inventory, options,
+    plan, precision, stage, strategy,
+};
 pub mod callbacks;
-pub mod catalog;
 pub mod checkpoint_io;
 pub mod cli;
-pub mod cluster;
-pub mod collective;
-pub mod config;
-pub mod connector;
-pub mod devices;
-pub mod error;
-pub mod flags;
-pub mod inventory;
 pub mod job;
 pub mod loggers;
-pub mod plan;
 pub mod plugins;
-pub mod precision;
 pub mod registry;
-pub mod strategy;
 pub mod trainer;
 
 pub use accelerator::{Accelerator, AcceleratorKind, DeviceOf, DeviceStats};
 pub use catalog::{AcceleratorSpec, Catalog};
-pub use cli::{Cli, CliOutcome, Invocation, Stage};
+pub use cli::{Cli, CliOutcome, Invocation};
 pub use cluster::{ClusterEnvironment, Env, Ranks};
 pub use connector::connect;
 pub use devices::DevicesFlag;
+pub use ember_plan::{Stage, TrainerOptions};
 pub use error::FlagError;
 pub use flags::TrainerFlags;
 pub use inventory::Inventory;
@@ -52,5 +46,4 @@ pub use trainer::log::{LogOptions, Reduce, StepLog};
 pub use trainer::module::{
     EvalModule, Optimizers, PredictModule, SchedulerInterval, TrainingModule,
 };
-pub use trainer::options::TrainerOptions;
-pub use trainer::{FitOutcome, Trainer, TrainerBuilder};
+pub use trainer::{FitOutcome, Plugin, Trainer, TrainerBuilder};

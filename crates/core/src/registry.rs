@@ -3,10 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::accelerator::{Accelerator, AcceleratorKind};
-use crate::catalog::{
-    AcceleratorSpec, Catalog, PluginInfo, PluginKind, RESERVED_ACCELERATOR_NAMES,
-};
+use crate::accelerator::{self, Accelerator, AcceleratorKind};
+use crate::catalog::{Catalog, PluginInfo, PluginKind, RESERVED_ACCELERATOR_NAMES};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::collective::Engine;
@@ -134,7 +132,7 @@ impl<J: Job> Registry<J> {
                 name: A::name().to_owned(),
             });
         }
-        self.catalog.accelerators.push(AcceleratorSpec::of::<A>());
+        self.catalog.accelerators.push(accelerator::spec::<A>());
         self.runners.push(run_on::<J, A>);
         Ok(self)
     }
@@ -149,7 +147,7 @@ impl<J: Job> Registry<J> {
             .position(|a| a.name == A::name())
         {
             Some(i) => {
-                self.catalog.accelerators[i] = AcceleratorSpec::of::<A>();
+                self.catalog.accelerators[i] = accelerator::spec::<A>();
                 self.runners[i] = run_on::<J, A>;
                 Ok(self)
             }

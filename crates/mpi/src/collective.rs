@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use ember_core::Plan;
-use ember_core::collective::{Collective, ReduceOp};
+use ember_plan::Plan;
+use ember_plan::collective::{Collective, ReduceOp};
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;

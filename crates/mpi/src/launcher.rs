@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
 use anyhow::Context;
-use ember_core::Plan;
+use ember_plan::Plan;
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
 use signal_hook::iterator::Signals;
 

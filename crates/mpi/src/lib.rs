@@ -16,8 +16,8 @@ pub use launcher::mpirun_command;
 use std::rc::Rc;
 use std::time::Duration;
 
-use ember_core::Plan;
-use ember_core::collective::{Collective, Engine};
+use ember_plan::Plan;
+use ember_plan::collective::{Collective, Engine};
 
 /// OpenMPI as ember's distributed engine.
 #[derive(Debug, Clone, Copy, Default)]

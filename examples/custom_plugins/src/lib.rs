@@ -194,3 +194,8 @@ impl ClusterEnvironment for RenamedElastic {
         Ok(ranks)
     }
 }
+
+/// docs/plugins.md's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/plugins.md")]
+pub struct PluginsGuide;

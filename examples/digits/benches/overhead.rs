@@ -12,7 +12,7 @@ use burn_flex::{Flex, FlexDevice};
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::{DataConfig, train_by_hand};
-use ember::trainer::options::Limit;
+use ember::options::Limit;
 use ember::{DataModule, Stage, Trainer, TrainerOptions};
 
 type B = Autodiff<Flex>;

@@ -24,8 +24,8 @@ use clap::error::ErrorKind;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
+use ember::options::Limit;
 use ember::trainer::dtype;
-use ember::trainer::options::Limit;
 use ember::{
     Accelerator, AcceleratorKind, DataModule, Plan, Precision, Stage, Trainer, TrainerOptions,
 };

@@ -171,6 +171,35 @@ fn two_local_ranks_train_to_the_accuracy_of_one_process() {
 }
 
 #[test]
+fn predict_under_ddp_shards_the_batches_and_rank_0_prints_them_in_order() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fit = digits(dir.path(), &["fit", "--trainer.max_epochs=2"]);
+    assert!(fit.status.success(), "{}", text(&fit.stderr));
+    let ckpt = format!("--trainer.ckpt_path={}", checkpoint(dir.path()).display());
+    let one = digits(dir.path(), &["predict", &ckpt, "--trainer.logger=false"]);
+    assert!(one.status.success(), "{}", text(&one.stderr));
+    let two = digits(
+        dir.path(),
+        &[
+            "predict",
+            &ckpt,
+            "--trainer.logger=false",
+            "--trainer.devices=2",
+        ],
+    );
+    assert!(two.status.success(), "{}", text(&two.stderr));
+    let (one, two) = (text(&one.stdout), text(&two.stdout));
+    assert!(one.lines().count() > 100, "{one}");
+    assert_eq!(
+        two, one,
+        "2 ranks print the predictions of one process, once, in order"
+    );
+}
+
+#[test]
 fn ranks_started_by_mpirun_find_the_mpi_environment() {
     if !mpirun_available() {
         return;

@@ -24,10 +24,10 @@ pub use progress::ProgressBar;
 
 use crate::accelerator::DeviceStats;
 use crate::checkpoint_io::CheckpointIO;
-use crate::cli::Stage;
-use crate::error::{FlagError, PlanResult, list};
+use crate::error::{FlagError, PlanResult};
 use crate::loggers::Loggers;
-use crate::trainer::options::{CallbackSpec, init_args};
+use crate::options::{CallbackSpec, init_args, unknown_callback};
+use crate::stage::Stage;
 
 /// Whether a monitored value should go down or up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -252,55 +252,20 @@ pub trait Callback {
     }
 }
 
-/// The callbacks config can name, with what each does.
-pub const CALLBACK_NAMES: [(&str, &str); 5] = [
-    (
-        "ModelCheckpoint",
-        "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename)",
-    ),
-    (
-        "EarlyStopping",
-        "stop when a metric stops improving (monitor, mode, patience, min_delta, check_finite)",
-    ),
-    (
-        "LearningRateMonitor",
-        "log the learning rate (logging_interval: step or epoch)",
-    ),
-    (
-        "DeviceStatsMonitor",
-        "log the accelerator's device stats every log_every_n_steps",
-    ),
-    (
-        "ProgressBar",
-        "the progress bar (added by default; refresh_rate)",
-    ),
-];
-
-fn normalise(name: &str) -> String {
-    let last = name.rsplit(['.', ':']).next().unwrap_or(name);
-    last.chars()
-        .filter(|c| *c != '_' && *c != '-')
-        .flat_map(char::to_lowercase)
-        .collect()
-}
-
 /// Builds a callback named in config. Names match case- and `_`-insensitively, and a
 /// Lightning class path (`lightning.pytorch.callbacks.EarlyStopping`) uses its last part.
 pub fn from_spec(spec: &CallbackSpec) -> PlanResult<Box<dyn Callback>> {
-    Ok(match normalise(&spec.class_path).as_str() {
-        "modelcheckpoint" => Box::new(ModelCheckpoint::new(init_args(spec)?)),
-        "earlystopping" => Box::new(EarlyStopping::new(init_args(spec)?)?),
-        "learningratemonitor" | "lrmonitor" => Box::new(LearningRateMonitor::new(init_args(spec)?)),
-        "devicestatsmonitor" => Box::new(DeviceStatsMonitor::new(init_args(spec)?)),
-        "progressbar" | "tqdmprogressbar" => Box::new(ProgressBar::new(init_args(spec)?)),
+    Ok(match spec.known_name() {
+        Some("ModelCheckpoint") => Box::new(ModelCheckpoint::new(init_args(spec)?)),
+        Some("EarlyStopping") => Box::new(EarlyStopping::new(init_args(spec)?)?),
+        Some("LearningRateMonitor") => Box::new(LearningRateMonitor::new(init_args(spec)?)),
+        Some("DeviceStatsMonitor") => Box::new(DeviceStatsMonitor::new(init_args(spec)?)),
+        Some("ProgressBar") => Box::new(ProgressBar::new(init_args(spec)?)),
         _ => {
             return Err(FlagError::new(
                 "--trainer.callbacks",
                 &spec.class_path,
-                format!(
-                    "unknown callback; known: {} (others are added from Rust)",
-                    list(CALLBACK_NAMES.map(|(n, _)| n))
-                ),
+                unknown_callback(),
             ));
         }
     })

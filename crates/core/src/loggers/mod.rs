@@ -18,7 +18,7 @@ pub use csv_logger::CsvLogger;
 pub use tensorboard::{TensorBoardLogger, masked_crc};
 pub use tracing_logger::TracingLogger;
 
-use crate::trainer::options::LoggerKind;
+use crate::options::LoggerKind;
 
 /// Name of the directory under `default_root_dir` that holds the versions.
 pub const LOGS_DIR_NAME: &str = "lightning_logs";

@@ -13,8 +13,8 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 
+use crate::options::ClipAlgorithm;
 use crate::trainer::grads;
-use crate::trainer::options::ClipAlgorithm;
 
 /// The gradients of one optimizer step, before the optimizer sees them.
 pub trait Gradients {

@@ -10,10 +10,10 @@
 
 use burn::tensor::FloatDType;
 
+use crate::options::ClipAlgorithm;
 use crate::plugins::access::Gradients;
 use crate::precision::Precision;
 use crate::trainer::dtype;
-use crate::trainer::options::ClipAlgorithm;
 use crate::trainer::scaler::GradScaler;
 
 /// A run's numeric policy, chosen by name (`--trainer.precision`, `--trainer.plugins`) or

@@ -8,16 +8,45 @@ use anyhow::Context;
 
 use super::Trainer;
 use super::dtype;
-use super::options::TrainerOptions;
 use crate::accelerator::Accelerator;
 use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::collective::{Collective, SingleProcess};
+use crate::options::{CheckpointWrites, TrainerOptions};
 use crate::plan::Plan;
 use crate::plugins::ddp::Ddp;
 use crate::plugins::precision::{self, PrecisionPlugin};
 use crate::plugins::strategy::{SingleDevice, Strategy, StrategyFactory, StrategyParts};
 use crate::plugins::{self, PluginFactories};
 use crate::strategy::{DDP, SINGLE_DEVICE};
+
+/// A plugin given to [`TrainerBuilder::plugins`], as Lightning's `Trainer(plugins=[...])`
+/// takes them. (A cluster environment decides the plan's ranks, so it is registered on the
+/// `Registry` instead: the plan exists before the Trainer.)
+pub enum Plugin {
+    /// The precision plugin.
+    Precision(Box<dyn PrecisionPlugin>),
+    /// How checkpoints are written and read.
+    CheckpointIo(Arc<dyn CheckpointIO>),
+}
+
+impl Plugin {
+    /// A precision plugin.
+    pub fn precision(plugin: impl PrecisionPlugin + 'static) -> Self {
+        Plugin::Precision(Box::new(plugin))
+    }
+
+    /// A checkpoint IO.
+    pub fn checkpoint_io(io: impl CheckpointIO + 'static) -> Self {
+        Plugin::CheckpointIo(Arc::new(io))
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Plugin::Precision(_) => "precision plugin",
+            Plugin::CheckpointIo(_) => "checkpoint IO",
+        }
+    }
+}
 
 /// Builds a [`Trainer`] from a plan, taking any of its parts as values instead of by name.
 pub struct TrainerBuilder {
@@ -27,6 +56,8 @@ pub struct TrainerBuilder {
     precision: Option<Box<dyn PrecisionPlugin>>,
     checkpoint_io: Option<Arc<dyn CheckpointIO>>,
     collective: Option<Rc<dyn Collective>>,
+    /// A second plugin of one kind, refused when the Trainer is built.
+    clash: Option<&'static str>,
 }
 
 impl TrainerBuilder {
@@ -38,7 +69,25 @@ impl TrainerBuilder {
             precision: None,
             checkpoint_io: None,
             collective: None,
+            clash: None,
         }
+    }
+
+    /// Plugins by value (instead of the plan's `plugins` names): at most one of each kind,
+    /// counting those given with [`precision`](Self::precision) and
+    /// [`checkpoint_io`](Self::checkpoint_io).
+    pub fn plugins(mut self, plugins: impl IntoIterator<Item = Plugin>) -> Self {
+        for plugin in plugins {
+            let kind = plugin.kind();
+            let taken = match plugin {
+                Plugin::Precision(p) => self.precision.replace(p).is_some(),
+                Plugin::CheckpointIo(io) => self.checkpoint_io.replace(io).is_some(),
+            };
+            if taken {
+                self.clash.get_or_insert(kind);
+            }
+        }
+        self
     }
 
     /// The strategy, built over the parts the Trainer connects (instead of `plan.strategy`).
@@ -52,15 +101,13 @@ impl TrainerBuilder {
 
     /// The precision plugin (instead of the plan's). Its named precision should be the plan's,
     /// which the connector checked against the accelerator.
-    pub fn precision(mut self, plugin: impl PrecisionPlugin + 'static) -> Self {
-        self.precision = Some(Box::new(plugin));
-        self
+    pub fn precision(self, plugin: impl PrecisionPlugin + 'static) -> Self {
+        self.plugins([Plugin::precision(plugin)])
     }
 
     /// How checkpoints are written and read (instead of `checkpoint_io` / the plan's plugin).
-    pub fn checkpoint_io(mut self, io: impl CheckpointIO + 'static) -> Self {
-        self.checkpoint_io = Some(Arc::new(io));
-        self
+    pub fn checkpoint_io(self, io: impl CheckpointIO + 'static) -> Self {
+        self.plugins([Plugin::checkpoint_io(io)])
     }
 
     /// The collective between the run's processes (instead of the one the CLI installed on
@@ -79,7 +126,11 @@ impl TrainerBuilder {
             precision,
             checkpoint_io,
             collective,
+            clash,
         } = self;
+        if let Some(kind) = clash {
+            anyhow::bail!("Trainer::builder was given two of one kind of plugin: a {kind} twice");
+        }
         crate::accelerator::check_deterministic(
             A::name(),
             options.deterministic,
@@ -179,7 +230,9 @@ fn checkpoint_io_named(
         .find_map(|name| factories.checkpoint_io(name));
     match named {
         Some(factory) => factory(),
-        None if options.async_checkpointing => Arc::new(AsyncCheckpointIO::new(LocalCheckpointIO)),
+        None if options.checkpoint_io == CheckpointWrites::Async => {
+            Arc::new(AsyncCheckpointIO::new(LocalCheckpointIO))
+        }
         None => Arc::new(LocalCheckpointIO),
     }
 }

@@ -10,17 +10,20 @@
 //! file and what is wrong; loading weights checks their names, shapes and dtypes against the
 //! model. See `docs/checkpoints.md`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, anyhow, ensure};
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
+use burn::tensor::{DType, TensorData};
 use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
+
+use super::weights::load_into;
+pub use super::weights::{Weight, weights_of};
 
 /// The format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 2;
@@ -98,130 +101,6 @@ pub fn record_from_bytes<B: Backend, R: Record<B>>(
     device: &B::Device,
 ) -> anyhow::Result<R> {
     Recorder::<B>::load(&recorder(), bytes, device).context("decoding a record")
-}
-
-/// A parameter as a checkpoint stores it: module path, burn's id and its data.
-pub type Weight = (String, ParamId, TensorData);
-
-/// Every float and int parameter of `model` by module path, in its own dtype. A bool
-/// parameter is refused: checkpoints hold float and int tensors.
-pub fn weights_of<B: Backend, M: Module<B>>(model: &M) -> anyhow::Result<Vec<Weight>> {
-    let mut collect = CollectWeights::default();
-    model.visit(&mut collect);
-    ensure!(
-        collect.bool_params.is_empty(),
-        "cannot checkpoint bool parameters ({}): checkpoints hold float and int parameters",
-        collect.bool_params.join(", ")
-    );
-    Ok(collect.weights)
-}
-
-/// Collects parameters with the path of module names that leads to them.
-#[derive(Default)]
-struct CollectWeights {
-    path: Vec<String>,
-    weights: Vec<Weight>,
-    bool_params: Vec<String>,
-}
-
-impl<B: Backend> ModuleVisitor<B> for CollectWeights {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.push(name.to_owned());
-    }
-
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.pop();
-    }
-
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.weights
-            .push((self.path.join("."), param.id, param.val().into_data()));
-    }
-
-    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
-        self.weights
-            .push((self.path.join("."), param.id, param.val().into_data()));
-    }
-
-    fn visit_bool<const D: usize>(&mut self, _: &Param<Tensor<B, D, Bool>>) {
-        self.bool_params.push(self.path.join("."));
-    }
-}
-
-/// Replaces parameters with a checkpoint's weights (and ids), recording what does not fit.
-struct LoadWeights<'a> {
-    path: Vec<String>,
-    weights: &'a BTreeMap<String, TensorData>,
-    ids: HashMap<&'a str, u64>,
-    loaded: BTreeSet<String>,
-    errors: Vec<String>,
-}
-
-impl LoadWeights<'_> {
-    /// The checkpoint's data for the parameter at the current path, in the parameter's dtype
-    /// (float types convert to each other; anything else must match), and its stored id.
-    fn take(&mut self, shape: &[usize], dtype: DType) -> Option<(TensorData, Option<ParamId>)> {
-        let name = self.path.join(".");
-        let Some(data) = self.weights.get(&name) else {
-            self.errors.push(format!("no weight for {name}"));
-            return None;
-        };
-        if data.shape.to_vec() != shape {
-            self.errors.push(format!(
-                "{name} has shape {:?}, the model's parameter {shape:?}",
-                data.shape.to_vec()
-            ));
-            return None;
-        }
-        let data = match data.dtype {
-            d if d == dtype => data.clone(),
-            d if d.is_float() && dtype.is_float() => data.clone().convert_dtype(dtype),
-            d => {
-                self.errors
-                    .push(format!("{name} is {d:?}, the model's parameter {dtype:?}"));
-                return None;
-            }
-        };
-        let id = self.ids.get(name.as_str()).copied().map(ParamId::from);
-        self.loaded.insert(name);
-        Some((data, id))
-    }
-}
-
-impl<B: Backend> ModuleMapper<B> for LoadWeights<'_> {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.push(name.to_owned());
-    }
-
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.pop();
-    }
-
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let current = param.val();
-        let Some((data, id)) = self.take(&current.shape().to_vec(), current.dtype()) else {
-            return param;
-        };
-        let mut param = param.map(|t| {
-            let (require_grad, dtype) = (t.is_require_grad(), t.dtype());
-            Tensor::from_data(data, (&t.device(), dtype)).set_require_grad(require_grad)
-        });
-        param.id = id.unwrap_or(param.id);
-        param
-    }
-
-    fn map_int<const D: usize>(
-        &mut self,
-        param: Param<Tensor<B, D, Int>>,
-    ) -> Param<Tensor<B, D, Int>> {
-        let current = param.val();
-        let Some((data, id)) = self.take(&current.shape().to_vec(), current.dtype()) else {
-            return param;
-        };
-        let mut param = param.map(|t| Tensor::from_data(data, (&t.device(), t.dtype())));
-        param.id = id.unwrap_or(param.id);
-        param
-    }
 }
 
 /// CRC-32C with slice-by-16 tables (built at compile time): a checkpoint's megabytes are
@@ -473,36 +352,18 @@ impl Checkpoint {
     /// float type than the model's parameter (f32 master weights of a mixed-precision run,
     /// evaluated in bf16) is converted to the parameter's type.
     pub fn load_model<B: Backend, M: Module<B>>(&self, model: M, path: &Path) -> anyhow::Result<M> {
-        let mut load = LoadWeights {
-            path: Vec::new(),
-            weights: &self.weights,
-            ids: self
-                .header
-                .weights
-                .iter()
-                .map(|(name, _, id)| (name.as_str(), *id))
-                .collect(),
-            loaded: BTreeSet::new(),
-            errors: Vec::new(),
-        };
-        let model = model.map(&mut load);
-        let unused: Vec<&str> = self
+        let ids = self
+            .header
             .weights
-            .keys()
-            .filter(|name| !load.loaded.contains(*name))
-            .map(String::as_str)
+            .iter()
+            .map(|(name, _, id)| (name.as_str(), *id))
             .collect();
-        if !unused.is_empty() && load.errors.is_empty() {
-            load.errors.push(format!(
-                "the model has no parameter for {}",
-                unused.join(", ")
-            ));
-        }
+        let (model, errors) = load_into(model, &self.weights, ids);
         ensure!(
-            load.errors.is_empty(),
+            errors.is_empty(),
             "{}: its weights do not fit the model: {}",
             path.display(),
-            load.errors.join("; ")
+            errors.join("; ")
         );
         Ok(model)
     }
@@ -510,6 +371,8 @@ impl Checkpoint {
 
 #[cfg(test)]
 mod tests {
+    use burn::module::ParamId;
+
     use super::*;
 
     fn position(haystack: &[u8], needle: &[u8]) -> usize {

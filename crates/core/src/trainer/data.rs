@@ -14,7 +14,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
-use crate::cli::Stage;
+use crate::stage::Stage;
 
 /// How to batch one dataset.
 pub struct Loader<I> {

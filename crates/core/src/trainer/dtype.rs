@@ -16,7 +16,6 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend, set_default_float_dtype};
 use burn::tensor::{FloatDType, Tensor, get_device_settings};
 
-use crate::plugins::precision::PrecisionPlugin;
 use crate::precision::Precision;
 
 /// The float type a precision computes in (the device's default float type).
@@ -89,10 +88,10 @@ pub fn compute<B: Backend, M: Module<B>>(model: M, dtype: FloatDType) -> M {
     model.map(&mut Cast(dtype))
 }
 
-/// Casts each float parameter to the type a precision plugin gives for its module path
-/// (one path buffer reused for every parameter: this runs on every step).
+/// Casts each float parameter to the type `dtype_of` gives for its module path (one path
+/// buffer reused for every parameter: this runs on every step).
 struct CastByPath<'a> {
-    plugin: &'a dyn PrecisionPlugin,
+    dtype_of: &'a dyn Fn(&str) -> Option<FloatDType>,
     path: String,
     /// Length of `path` before each module entered.
     marks: Vec<usize>,
@@ -113,18 +112,22 @@ impl<B: Backend> ModuleMapper<B> for CastByPath<'_> {
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        match self.plugin.compute_dtype(&self.path) {
+        match (self.dtype_of)(&self.path) {
             Some(dtype) => param.map(|t| t.cast(dtype)),
             None => param,
         }
     }
 }
 
-/// A copy of `model` cast parameter by parameter as `plugin` says; under autodiff the casts
-/// are recorded, so the gradients reach the f32 masters in f32.
-pub fn compute_as<B: Backend, M: Module<B>>(model: M, plugin: &dyn PrecisionPlugin) -> M {
+/// A copy of `model` cast parameter by parameter as `dtype_of` says for each module path
+/// (`None`: keep the parameter as it is); under autodiff the casts are recorded, so the
+/// gradients reach the f32 masters in f32.
+pub fn compute_by_path<B: Backend, M: Module<B>>(
+    model: M,
+    dtype_of: &dyn Fn(&str) -> Option<FloatDType>,
+) -> M {
     model.map(&mut CastByPath {
-        plugin,
+        dtype_of,
         path: String::new(),
         marks: Vec::new(),
     })

@@ -11,7 +11,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::trainer::options::ClipAlgorithm;
+use crate::options::ClipAlgorithm;
 
 /// Sum of squares of every float gradient the model has.
 struct SquaredNorm<'a, B: AutodiffBackend> {

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 
-use crate::cli::Stage;
 use crate::collective::Collective;
+use crate::stage::Stage;
 
 /// How epoch values of a metric are combined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

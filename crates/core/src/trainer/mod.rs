@@ -10,14 +10,15 @@ pub mod checkpoint;
 pub mod ckpt_path;
 pub mod data;
 pub mod dtype;
-mod fit_loop;
 pub mod grads;
 pub mod log;
+pub mod loops;
 pub mod module;
-pub mod options;
+
 mod run;
 pub mod scaler;
 pub mod signals;
+mod weights;
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
@@ -34,19 +35,25 @@ use serde_json::Value;
 use crate::accelerator::{Accelerator, DeviceStats};
 use crate::callbacks::{self, Callback, ModelCheckpoint, ProgressBar, TrainerState};
 use crate::checkpoint_io::CheckpointIO;
-use crate::cli::Stage;
 use crate::collective::Collective;
 use crate::loggers::{Logger, Loggers};
+use crate::options::TrainerOptions;
 use crate::plan::Plan;
 use crate::plugins::precision::{MixedPrecision, PrecisionPlugin};
 use crate::plugins::strategy::Strategy;
-pub use builder::TrainerBuilder;
+use crate::stage::Stage;
+pub use builder::{Plugin, TrainerBuilder};
 use checkpoint::Checkpoint;
-use data::{DataModule, Shard};
+use data::{DataModule, Loader, Shard};
+use loops::evaluation::EvaluationLoop;
+use loops::fit::FitLoop;
+use loops::prediction::PredictionLoop;
+use loops::schedule::{self, FitSchedule};
 use module::{EvalModule, PredictModule, TrainingModule};
-use options::{Limit, TrainerOptions};
 use run::Run;
 use scaler::GradScaler;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
@@ -303,13 +310,15 @@ impl<B: AutodiffBackend> Trainer<B> {
         let val = data.val_loader().map(|v| v.sharded(shard));
         let resume_from = self.ckpt_path()?;
         let mut run = self.start(Stage::Fit)?;
-        let result = self.fit_loop(
-            &mut run,
-            model,
-            data.batcher(),
-            (&train, val.as_ref()),
-            resume_from,
-        );
+        let result = FitSchedule::new(
+            &self.options,
+            train.num_batches(),
+            val.as_ref().map(Loader::num_batches),
+        )
+        .and_then(|schedule| {
+            FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())?
+                .run(data.batcher(), (&train, val.as_ref()))
+        });
         self.finish(run, result)
     }
 
@@ -337,10 +346,13 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.evaluate(Stage::Test, model, data)
     }
 
-    /// Predictions for every batch of `data`'s predict loader, in order.
+    /// Predictions for every batch of `data`'s predict loader, in order. With several
+    /// processes each predicts a contiguous share of the batches and rank 0 returns them all,
+    /// in order (the other ranks return none); outputs cross between ranks as JSON.
     pub fn predict<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<Vec<M::Output>>
     where
         M: PredictModule<Inner<B>>,
+        M::Output: Serialize + DeserializeOwned,
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
@@ -350,23 +362,13 @@ impl<B: AutodiffBackend> Trainer<B> {
             .context("predict needs data: DataModule::predict_loader returned None")?;
         let model = self.load_weights(model)?;
         let mut run = self.start(Stage::Predict)?;
-        let result = (|| {
-            let limit = self.limit(self.options.limit_predict_batches, loader.num_batches());
-            run.state.num_eval_batches = limit;
-            let mut outputs = Vec::with_capacity(limit);
-            for (i, indices) in loader
-                .batch_indices(self.seed, 0)
-                .iter()
-                .take(limit)
-                .enumerate()
-            {
-                let batch = loader.batch::<Inner<B>, _>(data.batcher(), indices, &self.device)?;
-                outputs.push(model.predict_step(batch));
-                run.state.batch_idx = i;
-                run.hook(None, |c, x| c.on_predict_batch_end(x))?;
-            }
-            Ok(outputs)
-        })();
+        let batches = schedule::eval_batches(
+            &self.options,
+            self.options.limit_predict_batches,
+            loader.num_batches(),
+        );
+        let result =
+            PredictionLoop { batches }.run(self, &mut run, &model, (&loader, data.batcher()));
         self.finish(run, result)
     }
 
@@ -398,14 +400,14 @@ impl<B: AutodiffBackend> Trainer<B> {
         let model = self.load_weights(model)?;
         let mut run = self.start(stage)?;
         let result = (|| {
-            let limit = self.limit(limit, loader.num_batches());
-            run.state.num_eval_batches = limit;
+            let batches = schedule::eval_batches(&self.options, limit, loader.num_batches());
+            run.state.num_eval_batches = batches;
             run.hook(None, |c, x| match stage {
                 Stage::Test => c.on_test_start(x),
                 _ => c.on_validation_start(x),
             })?;
-            let metrics =
-                self.eval_pass(&mut run, &model, &loader, data.batcher(), limit, stage)?;
+            let pass = EvaluationLoop { stage, batches };
+            let metrics = pass.run(self, &mut run, &model, (&loader, data.batcher()))?;
             run.publish(&metrics, true)?;
             run.hook(None, |c, x| match stage {
                 Stage::Test => c.on_test_end(x),
@@ -414,14 +416,6 @@ impl<B: AutodiffBackend> Trainer<B> {
             Ok(metrics)
         })();
         self.finish(run, result)
-    }
-
-    /// `limit` batches of a loop, or `fast_dev_run` batches in a fast dev run.
-    fn limit(&self, limit: Limit, available: usize) -> usize {
-        match self.options.fast_dev_run {
-            0 => limit.of(available),
-            n => Limit::Batches(n).of(available),
-        }
     }
 
     fn load_weights<M: Module<Inner<B>>>(&self, model: M) -> anyhow::Result<M> {

@@ -3,8 +3,8 @@
 use serde_json::{Map, Value, json};
 
 use crate::devices::DevicesFlag;
-use crate::error::{FlagError, PlanResult, list};
-use crate::trainer::options::{OPTION_KEYS, TrainerOptions, is_option_key};
+use crate::error::{FlagError, PlanResult, list, render};
+use crate::options::{OPTIONS, TrainerOptions, is_option_key};
 
 /// The trainer keys the connector reads, with a line of help each.
 pub const PLAN_KEYS: [(&str, &str); 7] = [
@@ -35,9 +35,12 @@ pub const PLAN_KEYS: [(&str, &str); 7] = [
     ),
 ];
 
-/// Every `trainer` key: the plan keys, then the loop options.
-pub fn trainer_keys() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
-    PLAN_KEYS.iter().chain(OPTION_KEYS.iter())
+/// Every `trainer` key with its `--help` line: the plan keys, then the loop options.
+pub fn trainer_keys() -> impl Iterator<Item = (&'static str, String)> {
+    let plan = PLAN_KEYS
+        .iter()
+        .map(|(key, help)| (*key, (*help).to_owned()));
+    plan.chain(OPTIONS.iter().map(|o| (o.key, o.help_line())))
 }
 
 /// Unresolved trainer flags: what was asked for, before any hardware or environment is known.
@@ -192,14 +195,6 @@ impl TrainerFlags {
             }
         }
         Ok(flags)
-    }
-}
-
-/// A config value as the user would have typed it.
-pub fn render(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
     }
 }
 

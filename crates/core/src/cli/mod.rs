@@ -4,7 +4,6 @@
 //! Every rejected input ends with one message naming the flag, the value and what is allowed,
 //! and exit status 2; nothing is written to disk before the plan is accepted.
 
-use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,49 +16,17 @@ use crate::cluster::Env;
 use crate::collective::{self, Engine};
 use crate::config::{self, ConfigSources};
 use crate::connector::connect;
-use crate::error::{FlagError, list};
-use crate::flags::{TrainerFlags, render, trainer_keys};
+use crate::error::{FlagError, list, render};
+use crate::flags::{TrainerFlags, trainer_keys};
 use crate::inventory::Inventory;
 use crate::job::Job;
 use crate::plan::{Launcher, Plan};
 use crate::registry::Registry;
+use help::names_help;
 
-/// Which loop to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// Train (and validate).
-    Fit,
-    /// One validation pass.
-    Validate,
-    /// One test pass.
-    Test,
-    /// Predictions.
-    Predict,
-}
+pub use ember_plan::Stage;
 
-impl Stage {
-    /// Every stage, as subcommands.
-    pub const ALL: [Stage; 4] = [Stage::Fit, Stage::Validate, Stage::Test, Stage::Predict];
-
-    /// The subcommand name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Fit => "fit",
-            Stage::Validate => "validate",
-            Stage::Test => "test",
-            Stage::Predict => "predict",
-        }
-    }
-
-    fn about(self) -> &'static str {
-        match self {
-            Stage::Fit => "Train the model (with validation as configured)",
-            Stage::Validate => "Run one validation pass",
-            Stage::Test => "Run one test pass",
-            Stage::Predict => "Run predictions",
-        }
-    }
-}
+mod help;
 
 /// What a job is built from: the stage and the merged, typed config.
 #[derive(Debug, Clone)]
@@ -310,6 +277,7 @@ where
             return Ok(Prepared::Printed(yaml));
         }
         let trainer = TrainerFlags::from_value(&merged["trainer"])?;
+        crate::callbacks::from_specs(&trainer.options.callbacks)?;
         let model = section("model", &merged, defaults)?;
         let data = section("data", &merged, defaults)?;
         let inventory = Inventory::from_env(env, registry.catalog())?;
@@ -350,12 +318,12 @@ where
         ]
         .into_iter()
         .chain(trainer_keys().map(|(key, help)| {
-            Arg::new(*key)
+            Arg::new(key)
                 .long(format!("trainer.{key}"))
                 .value_name("VALUE")
                 .allow_hyphen_values(true)
                 .action(ArgAction::Append)
-                .help(*help)
+                .help(help)
         }))
         .collect();
         Command::new(self.name.clone())
@@ -387,87 +355,6 @@ fn init_tracing() {
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .with(filter)
         .try_init();
-}
-
-/// The `--help` epilogue: registered accelerators and strategies, and the app's config keys.
-fn names_help(catalog: &crate::Catalog, defaults: &Value) -> String {
-    let accelerators = [
-        ("auto", "the best available one (tpu > cuda > wgpu > cpu)"),
-        (
-            "gpu",
-            "the best available GPU accelerator (cuda, else wgpu)",
-        ),
-    ]
-    .into_iter()
-    .chain(catalog.accelerators.iter().map(|a| (a.name, a.description)));
-    let strategies = std::iter::once(("auto", "single_device for one process, else ddp")).chain(
-        catalog
-            .strategies
-            .iter()
-            .map(|s| (s.name.as_str(), s.description.as_str())),
-    );
-    let precisions = crate::precision::Precision::ALL
-        .iter()
-        .map(|p| (p.name(), "built in"))
-        .chain(catalog.plugins.iter().filter_map(|p| match p.kind {
-            crate::catalog::PluginKind::Precision(_) => {
-                Some((p.name.as_str(), p.description.as_str()))
-            }
-            crate::catalog::PluginKind::CheckpointIo => None,
-        }));
-    let environments = std::iter::once(("auto", "detect, in this order:")).chain(
-        catalog
-            .cluster_environments
-            .iter()
-            .map(|e| (e.name(), e.description())),
-    );
-    let checkpoint_ios = catalog
-        .plugins
-        .iter()
-        .filter(|p| p.kind == crate::catalog::PluginKind::CheckpointIo)
-        .map(|p| (p.name.as_str(), p.description.as_str()));
-    let mut text = String::new();
-    for (title, rows) in [
-        (
-            "Accelerators (--trainer.accelerator):",
-            accelerators.collect::<Vec<_>>(),
-        ),
-        ("Strategies (--trainer.strategy):", strategies.collect()),
-        (
-            "Precisions (--trainer.precision, or a plugin in --trainer.plugins):",
-            precisions.collect(),
-        ),
-        (
-            "Cluster environments (--trainer.cluster_environment, or --trainer.plugins):",
-            environments.collect(),
-        ),
-        (
-            "Checkpoint IO plugins (--trainer.plugins):",
-            checkpoint_ios.collect(),
-        ),
-    ] {
-        if rows.is_empty() {
-            continue;
-        }
-        let _ = writeln!(text, "{title}");
-        for (name, description) in rows {
-            let _ = writeln!(text, "  {name:<14}{description}");
-        }
-        text.push('\n');
-    }
-    for section in ["model", "data"] {
-        let keys: Vec<&str> = defaults[section]
-            .as_object()
-            .map(|m| m.keys().map(String::as_str).collect())
-            .unwrap_or_default();
-        let _ = writeln!(
-            text,
-            "--{section}.KEY=VALUE sets the {section} section; keys: {}",
-            list(keys)
-        );
-    }
-    text.push_str("\nEMBER_INVENTORY=cuda=4,wgpu=1 replaces hardware probing (for --print-plan).");
-    text
 }
 
 enum Prepared<M, D> {

@@ -1,15 +1,13 @@
 //! Collectives: what crosses between the processes of a distributed run.
 //!
-//! ember-core defines the [`Collective`] trait and the [`Engine`] that starts processes and
+//! ember-plan defines the [`Collective`] trait and the [`Engine`] that starts processes and
 //! joins them; a crate with a real transport implements both (`ember-mpi`: OpenMPI through the
 //! `mpi` crate). Buffers are host slices: the Trainer moves gradients to the host in buckets,
 //! reduces them and moves them back (see `docs/distributed.md`).
 //!
 //! The collective of the running process is installed per thread ([`install`]); the CLI installs
-//! the engine's before it runs a job with more than one process, and [`Trainer::new`] picks it
-//! up, so a model's code never handles it.
-//!
-//! [`Trainer::new`]: crate::Trainer::new
+//! the engine's before it runs a job with more than one process, and ember-core's `Trainer::new`
+//! picks it up, so a model's code never handles it.
 
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use serde_json::Value;
+
 /// A rejected input: a CLI flag, a config key or an environment variable.
 ///
 /// Its message always names the input (`--trainer.devices`, `SLURM_PROCID`, ...), the value
@@ -57,4 +59,12 @@ where
         .map(|n| n.as_ref().to_owned())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A config value as the user would have typed it.
+pub fn render(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::accelerator::{Accelerator, AcceleratorKind};
+use crate::accelerator::AcceleratorKind;
 use crate::cluster::{ClusterEnvironment, builtin_environments};
 use crate::devices::DevicesFlag;
 use crate::error::list;
@@ -32,30 +32,6 @@ pub struct AcceleratorSpec {
     pub parse_devices: fn(&DevicesFlag, usize) -> Result<Vec<usize>, String>,
     /// Whether it can honour `deterministic=true` (the error says why not).
     pub deterministic: fn() -> Result<(), String>,
-}
-
-impl AcceleratorSpec {
-    /// The spec of accelerator `A`.
-    pub fn of<A: Accelerator>() -> Self {
-        Self {
-            name: A::name(),
-            description: A::description(),
-            kind: A::kind(),
-            auto_priority: A::auto_priority(),
-            precisions: A::precisions(),
-            probe: probe::<A>,
-            parse_devices: A::parse_devices,
-            deterministic: A::deterministic,
-        }
-    }
-}
-
-fn probe<A: Accelerator>() -> usize {
-    if A::is_available() {
-        A::auto_device_count()
-    } else {
-        0
-    }
 }
 
 /// What a plugin named in `--trainer.plugins` is.

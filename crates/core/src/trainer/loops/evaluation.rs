@@ -1,0 +1,79 @@
+//! The evaluation loop: one pass of validation or test batches with their batch hooks
+//! (Lightning's `_EvaluationLoop`), run by `validate`, `test` and within `fit`.
+
+use std::collections::BTreeMap;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::stage::Stage;
+use crate::trainer::data::Loader;
+use crate::trainer::log::{MetricCollector, StepLog};
+use crate::trainer::module::EvalModule;
+use crate::trainer::run::Run;
+use crate::trainer::{Inner, Trainer, dtype};
+
+/// A pass of `batches` batches of a validation (or sanity check) or test loader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EvaluationLoop {
+    /// [`Stage::Test`] runs `test_step` and the test hooks; any other stage validates.
+    pub stage: Stage,
+    /// Batches to run.
+    pub batches: usize,
+}
+
+impl EvaluationLoop {
+    /// Runs the pass on `model`; returns its epoch metrics (reduced over the ranks).
+    pub fn run<B, E, I, Bt>(
+        self,
+        trainer: &Trainer<B>,
+        run: &mut Run,
+        model: &E,
+        (loader, batcher): (&Loader<I>, &Bt),
+    ) -> anyhow::Result<BTreeMap<String, f64>>
+    where
+        B: AutodiffBackend,
+        E: EvalModule<Inner<B>>,
+        Bt: Batcher<Inner<B>, I, E::Batch>,
+    {
+        let test = self.stage == Stage::Test;
+        let mut collector = MetricCollector::default();
+        let mut log = StepLog::new(self.stage);
+        for (i, indices) in loader
+            .batch_indices(trainer.seed, 0)
+            .iter()
+            .take(self.batches)
+            .enumerate()
+        {
+            let batch = loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?;
+            if test {
+                model.test_step(batch, &mut log);
+            } else {
+                model.validation_step(batch, &mut log);
+            }
+            collector.collect(&mut log, false);
+            run.state.batch_idx = i;
+            run.hook(None, |c, x| {
+                if test {
+                    c.on_test_batch_end(x)
+                } else {
+                    c.on_validation_batch_end(x)
+                }
+            })?;
+        }
+        collector.take_epoch(trainer.ranks())
+    }
+}
+
+impl<B: AutodiffBackend> Trainer<B> {
+    /// The model validation runs on during `fit`: the inner module, in the compute types.
+    pub(in crate::trainer) fn eval_model<M: AutodiffModule<B>>(&self, model: &M) -> M::InnerModule {
+        let precision = self.precision();
+        if precision.casts_for_compute() {
+            dtype::compute_by_path(model.valid(), &|path| precision.compute_dtype(path))
+        } else {
+            model.valid()
+        }
+    }
+}

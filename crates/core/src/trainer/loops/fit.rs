@@ -1,0 +1,301 @@
+//! The fit loop (Lightning's `_FitLoop`): restores a checkpoint, runs the sanity check, then
+//! epochs of the training epoch loop until a limit or a stop, and tears the strategy down.
+//! Its state lives in [`FitLoop`]; one epoch is in `training_epoch.rs`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::data::dataloader::batcher::Batcher;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::optim::{GradientsAccumulator, Optimizer};
+use burn::tensor::backend::AutodiffBackend;
+
+use super::evaluation::EvaluationLoop;
+use super::schedule::FitSchedule;
+use crate::callbacks::{self, Callback, CallbackContext};
+use crate::plugins::access::ModelWeights;
+use crate::stage::Stage;
+use crate::trainer::checkpoint::Checkpoint;
+use crate::trainer::data::Loader;
+use crate::trainer::log::MetricCollector;
+use crate::trainer::module::{EvalModule, Optimizers, SchedulerInterval, TrainingModule};
+use crate::trainer::run::{FitParts, Run};
+use crate::trainer::signals::{self, StopSignals};
+use crate::trainer::{FitOutcome, Inner, Trainer, dtype};
+
+/// Where the fit loop is: the epoch, the batches of it already done (when resuming), and the
+/// training batches seen across epochs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Position {
+    pub(super) epoch: u64,
+    pub(super) skip: usize,
+    pub(super) batches_seen: u64,
+}
+
+/// The model and what trains it: the optimizer, the scheduler and the learning rate.
+pub(super) struct Optimization<B: AutodiffBackend, M: TrainingModule<B>> {
+    pub(super) model: M,
+    pub(super) optimizer: M::Optimizer,
+    pub(super) scheduler: M::Scheduler,
+    pub(super) interval: SchedulerInterval,
+    pub(super) lr: f64,
+    /// Gradients summed over the batches of one optimizer step.
+    pub(super) accumulator: GradientsAccumulator<M>,
+}
+
+/// One `fit` in progress.
+pub(in crate::trainer) struct FitLoop<'t, B: AutodiffBackend, M: TrainingModule<B>> {
+    pub(super) trainer: &'t mut Trainer<B>,
+    pub(super) run: &'t mut Run,
+    pub(super) schedule: FitSchedule,
+    pub(super) position: Position,
+    pub(super) opt: Optimization<B, M>,
+    /// Step and epoch metrics logged by `training_step`, until written.
+    pub(super) collector: MetricCollector,
+    /// The checkpoint written when a stop signal ended the run.
+    pub(super) interrupted: Option<PathBuf>,
+    pub(super) signals: StopSignals,
+}
+
+impl<'t, B, M> FitLoop<'t, B, M>
+where
+    B: AutodiffBackend,
+    M: TrainingModule<B>,
+    M::InnerModule: EvalModule<Inner<B>>,
+{
+    /// A fit of `model` as `schedule` says: the model in its master type, its optimizers
+    /// configured, continuing from the checkpoint at `resume_from` if one is given.
+    pub(in crate::trainer) fn new(
+        trainer: &'t mut Trainer<B>,
+        run: &'t mut Run,
+        schedule: FitSchedule,
+        mut model: M,
+        resume_from: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        run.state.num_training_batches = schedule.train_batches;
+        if trainer.precision().casts_for_compute() {
+            model = dtype::master(model);
+        }
+        let Optimizers {
+            optimizer,
+            mut scheduler,
+            interval,
+        } = model.configure_optimizers();
+        let lr = match interval {
+            SchedulerInterval::Epoch => scheduler.step(),
+            SchedulerInterval::Step => f64::NAN,
+        };
+        let mut opt = Optimization {
+            model,
+            optimizer,
+            scheduler,
+            interval,
+            lr,
+            accumulator: GradientsAccumulator::new(),
+        };
+        let mut position = Position::default();
+        if let Some(path) = resume_from {
+            (opt, position) = Self::restore(trainer, run, &schedule, opt, path)?;
+        }
+        Ok(Self {
+            trainer,
+            run,
+            schedule,
+            position,
+            opt,
+            collector: MetricCollector::default(),
+            interrupted: None,
+            signals: StopSignals::install()?,
+        })
+    }
+
+    /// Calls a hook with a checkpoint saver over the current model, optimizer and scheduler.
+    pub(super) fn fit_hook(
+        &mut self,
+        f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let o = &self.opt;
+        let parts = FitParts::<B, M, _, _>::new(
+            &o.model,
+            &o.optimizer,
+            &o.scheduler,
+            self.trainer.precision(),
+        );
+        self.run.hook_fit(&parts, f)
+    }
+
+    /// Continues from the checkpoint at `path`: weights, optimizer, scheduler, the precision
+    /// plugin's and the callbacks' states, the seed, and the position in the run.
+    fn restore(
+        trainer: &mut Trainer<B>,
+        run: &mut Run,
+        schedule: &FitSchedule,
+        mut opt: Optimization<B, M>,
+        path: &Path,
+    ) -> anyhow::Result<(Optimization<B, M>, Position)> {
+        if trainer.precision().casts_for_compute() {
+            // burn 0.21 rebuilds optimizer state in the device's default float type, which
+            // a mixed precision sets to the low one: the f32 masters' Adam moments would come
+            // back as {low:?} and the first step would fail.
+            let low = dtype::compute_dtype(trainer.precision().precision());
+            anyhow::bail!(
+                "cannot resume fit from {} under a mixed precision yet: burn 0.21 restores the optimizer's state in the device's float type ({low:?}), not in the f32 of the master weights; resume with a true precision, or load the weights only (validate/test/predict)",
+                path.display()
+            );
+        }
+        let checkpoint = Checkpoint::decode(&trainer.checkpoint_io().load(path)?, path)?;
+        opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
+        let device = &trainer.device;
+        let optimizer = checkpoint.record::<B, _>("optimizer", device, path)?;
+        opt.optimizer = opt.optimizer.load_record(optimizer);
+        let scheduler = checkpoint.record::<B, _>("scheduler", device, path)?;
+        opt.scheduler = opt.scheduler.load_record::<B>(scheduler);
+        let precision = &mut trainer.strategy.parts_mut().precision;
+        if let Some(bytes) = precision
+            .state_key()
+            .and_then(|k| checkpoint.sections.get(k))
+        {
+            precision.load_state(bytes).with_context(|| {
+                format!(
+                    "{}: corrupt {} section",
+                    path.display(),
+                    precision.state_key().unwrap_or_default()
+                )
+            })?;
+        }
+        if let Some(bytes) = checkpoint.sections.get("callbacks") {
+            let states: callbacks::CallbackStates = serde_json::from_slice(bytes)
+                .with_context(|| format!("{}: corrupt callbacks section", path.display()))?;
+            for c in &mut run.callbacks {
+                if let Some(state) = states.get(&c.state_key()) {
+                    c.load_state(state).with_context(|| {
+                        format!("restoring callback {} from {}", c.name(), path.display())
+                    })?;
+                }
+            }
+        }
+        let h = &checkpoint.header;
+        if trainer.options.seed.is_none() {
+            // The epochs' shuffles follow from the seed: continue with the run's own.
+            trainer.seed = h.seed;
+            run.seed = h.seed;
+            B::seed(&trainer.device, h.seed);
+        }
+        run.state.global_step = h.global_step;
+        run.state.learning_rate = h.learning_rate;
+        if opt.interval == SchedulerInterval::Epoch {
+            opt.lr = h.learning_rate;
+        }
+        let (epoch, skip) = schedule.resume_at(h.epoch, usize::try_from(h.batches_done)?);
+        tracing::info!(
+            target: "ember",
+            "resuming from {} at epoch {epoch}, batch {skip}, step {}",
+            path.display(),
+            h.global_step
+        );
+        let position = Position {
+            epoch,
+            skip,
+            batches_seen: epoch * schedule.train_batches as u64 + skip as u64,
+        };
+        Ok((opt, position))
+    }
+
+    /// Runs the fit to its end and returns what it trained.
+    pub(in crate::trainer) fn run<I, Bt>(
+        mut self,
+        batcher: &Bt,
+        (train, val): (&Loader<I>, Option<&Loader<I>>),
+    ) -> anyhow::Result<FitOutcome<M>>
+    where
+        Bt: Batcher<B, I, M::Batch>
+            + Batcher<Inner<B>, I, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+    {
+        let started = Instant::now();
+        let mut train = train.clone();
+        if self.schedule.unshuffled {
+            train.shuffle = false;
+        }
+        self.trainer
+            .strategy
+            .setup_weights(&mut ModelWeights::<B, M>::new(&mut self.opt.model))?;
+        self.fit_hook(|c, x| c.on_fit_start(x))?;
+        if let Some(val) = val.filter(|_| self.schedule.sanity_batches > 0) {
+            self.run.state.sanity_checking = true;
+            self.validate(val, batcher, self.schedule.sanity_batches, false)?;
+            self.run.state.sanity_checking = false;
+        }
+        let mut stop = false;
+        while self.position.epoch < self.run.state.max_epochs && !stop {
+            let (next, ended) = self.run_epoch(&train, val, batcher)?;
+            self = next;
+            stop = ended;
+            self.position.epoch += 1;
+        }
+        let opt = &mut self.opt;
+        self.trainer
+            .strategy
+            .teardown(&mut ModelWeights::<B, M>::new(&mut opt.model))?;
+        self.fit_hook(|c, x| c.on_fit_end(x))?;
+        let run = &self.run;
+        Ok(FitOutcome {
+            model: self.opt.model,
+            global_step: run.state.global_step,
+            epochs: self.position.epoch,
+            seconds: started.elapsed().as_secs_f64(),
+            metrics: run.state.callback_metrics.clone(),
+            best_model_path: run.callbacks.iter().find_map(|c| c.best_model_path()),
+            log_dir: run.state.log_dir.clone(),
+            stopped_early: run.state.should_stop,
+            interrupted: self.interrupted,
+        })
+    }
+
+    /// A validation pass of `batches` batches on the model in its compute types. Within
+    /// training (`publish`), its metrics are published and `on_validation_end` gets a
+    /// checkpoint saver; the sanity check publishes nothing.
+    pub(super) fn validate<I, Bt>(
+        &mut self,
+        val: &Loader<I>,
+        batcher: &Bt,
+        batches: usize,
+        publish: bool,
+    ) -> anyhow::Result<()>
+    where
+        Bt: Batcher<Inner<B>, I, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+    {
+        self.run.state.num_eval_batches = batches;
+        self.run.hook(None, |c, x| c.on_validation_start(x))?;
+        let model = self.trainer.eval_model(&self.opt.model);
+        let pass = EvaluationLoop {
+            stage: Stage::Validate,
+            batches,
+        };
+        let metrics = pass.run(self.trainer, self.run, &model, (val, batcher))?;
+        if publish {
+            self.run.publish(&metrics, true)?;
+            self.fit_hook(|c, x| c.on_validation_end(x))
+        } else {
+            self.run.hook(None, |c, x| c.on_validation_end(x))
+        }
+    }
+
+    /// The stop signal and early-stop decision every rank acts on: each rank's own in a
+    /// one-process run; with several, the strategy makes a stop anywhere stop all ranks at
+    /// the same batch (a rank that stopped alone would leave the others waiting in their next
+    /// all-reduce).
+    pub(super) fn agree_on_stop(
+        &self,
+        signal: Option<&'static str>,
+        should_stop: bool,
+    ) -> anyhow::Result<(Option<&'static str>, bool)> {
+        let code = signal.map_or(0, |s| {
+            1 + signals::NAMES.iter().position(|n| *n == s).unwrap_or(0)
+        });
+        let mut flags = [code as f64, f64::from(u8::from(should_stop))];
+        self.trainer.strategy.agree(&mut flags)?;
+        let signal = (flags[0] > 0.0).then(|| signals::NAMES[flags[0] as usize - 1]);
+        Ok((signal, flags[1] > 0.0))
+    }
+}

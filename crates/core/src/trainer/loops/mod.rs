@@ -1,0 +1,14 @@
+//! The Trainer's loops, modelled on Lightning's `loops/`: each is an object whose state lives
+//! in its struct, and the arithmetic that decides batch counts, steps, validation and stops
+//! is plain data ([`schedule`]) apart from any backend.
+//!
+//! - [`fit::FitLoop`]: restore, sanity check, epochs, teardown (`fit.rs`), one epoch of
+//!   training batches and optimizer steps (`training_epoch.rs`);
+//! - [`evaluation::EvaluationLoop`]: a validation or test pass;
+//! - [`prediction::PredictionLoop`]: predictions, sharded across ranks and gathered back.
+
+pub(super) mod evaluation;
+pub(super) mod fit;
+pub(super) mod prediction;
+pub mod schedule;
+mod training_epoch;

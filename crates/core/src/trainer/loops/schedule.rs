@@ -1,0 +1,216 @@
+//! The loops' arithmetic, apart from any backend: how many batches each loop runs, when the
+//! optimizer steps, when validation runs, when metrics are logged and when fit stops.
+
+use crate::options::{Limit, TrainerOptions};
+
+/// Batches an evaluation or predict loop runs: `limit` of what the loader has, or
+/// `fast_dev_run` batches in a fast dev run.
+pub fn eval_batches(options: &TrainerOptions, limit: Limit, available: usize) -> usize {
+    match options.fast_dev_run {
+        0 => limit.of(available),
+        n => Limit::Batches(n).of(available),
+    }
+}
+
+/// What `fit` will do, decided from the options and the loaders' sizes before it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FitSchedule {
+    /// Training batches per epoch.
+    pub train_batches: usize,
+    /// Batches per validation pass (0: no validation).
+    pub val_batches: usize,
+    /// Validation batches before training.
+    pub sanity_batches: usize,
+    /// Train on the loader's order (`overfit_batches`).
+    pub unshuffled: bool,
+    /// Batches whose gradients are summed per optimizer step.
+    pub accumulate: u64,
+    /// Optimizer steps at most.
+    pub max_steps: Option<u64>,
+    /// Validate every this many training batches.
+    val_every: usize,
+    check_val_every_n_epoch: Option<u64>,
+    min_epochs: u64,
+    log_every_n_steps: u64,
+}
+
+impl FitSchedule {
+    /// The schedule for a loader of `train_available` batches and, when there is validation
+    /// data, one of `val_available`. Fails when `val_check_interval` is longer than an epoch
+    /// while validation also counts epochs.
+    pub fn new(
+        o: &TrainerOptions,
+        train_available: usize,
+        val_available: Option<usize>,
+    ) -> anyhow::Result<Self> {
+        let fast = o.fast_dev_run;
+        let overfit = o.overfit_batches.of(train_available);
+        let train_batches = if fast > 0 {
+            Limit::Batches(fast).of(train_available)
+        } else if overfit > 0 {
+            overfit
+        } else {
+            o.limit_train_batches.of(train_available)
+        };
+        let val_batches = match val_available {
+            None => 0,
+            Some(v) if fast > 0 => Limit::Batches(fast).of(v),
+            Some(v) if overfit > 0 => overfit.min(v),
+            Some(v) => o.limit_val_batches.of(v),
+        };
+        let val_every = match o.val_check_interval {
+            Limit::Fraction(f) => ((train_batches as f64 * f).floor() as usize).max(1),
+            Limit::Batches(b) => usize::try_from(b).unwrap_or(usize::MAX),
+        };
+        if o.check_val_every_n_epoch.is_some() && val_batches > 0 && val_every > train_batches {
+            anyhow::bail!(
+                "invalid --trainer.val_check_interval value `{val_every}`: it must be at most the {train_batches} training batches of an epoch, or set check_val_every_n_epoch=null to count batches across epochs"
+            );
+        }
+        let sanity_batches = match o.num_sanity_val_steps {
+            _ if fast > 0 => 0,
+            Some(s) => usize::try_from(s).unwrap_or(usize::MAX).min(val_batches),
+            None => val_batches,
+        };
+        Ok(Self {
+            train_batches,
+            val_batches,
+            sanity_batches,
+            unshuffled: fast == 0 && overfit > 0,
+            accumulate: o.accumulate_grad_batches,
+            max_steps: if fast > 0 { Some(fast) } else { o.max_steps },
+            val_every,
+            check_val_every_n_epoch: o.check_val_every_n_epoch,
+            min_epochs: o.min_epochs,
+            log_every_n_steps: o.log_every_n_steps,
+        })
+    }
+
+    /// Where a run resumes that stopped after `batches_done` batches of `epoch`: the epoch
+    /// and the batches of it to skip.
+    pub fn resume_at(&self, epoch: u64, batches_done: usize) -> (u64, usize) {
+        if batches_done >= self.train_batches {
+            (epoch + 1, 0)
+        } else {
+            (epoch, batches_done)
+        }
+    }
+
+    /// Whether the optimizer steps after batch `batch_idx` of an epoch: every `accumulate`
+    /// batches, and after the last batch of the epoch.
+    pub fn steps_after(&self, batch_idx: usize) -> bool {
+        (batch_idx + 1).is_multiple_of(self.accumulate as usize)
+            || batch_idx + 1 == self.train_batches
+    }
+
+    /// Whether step metrics are written after a batch: on optimizer steps that are a multiple
+    /// of `log_every_n_steps`.
+    pub fn logs_after(&self, stepped: bool, global_step: u64) -> bool {
+        stepped && global_step.is_multiple_of(self.log_every_n_steps.max(1))
+    }
+
+    /// Whether validation runs after batch `batch_idx` of `epoch` (`batches_seen` counted
+    /// across epochs).
+    pub fn validates_after(&self, epoch: u64, batch_idx: usize, batches_seen: u64) -> bool {
+        self.val_batches > 0
+            && match self.check_val_every_n_epoch {
+                Some(n) => {
+                    (epoch + 1).is_multiple_of(n) && (batch_idx + 1).is_multiple_of(self.val_every)
+                }
+                None => batches_seen.is_multiple_of(self.val_every as u64),
+            }
+    }
+
+    /// Whether fit ends: `max_steps` reached, or a stop asked for once `min_epochs` are done.
+    pub fn stops(&self, global_step: u64, should_stop: bool, epoch: u64) -> bool {
+        self.max_steps.is_some_and(|m| global_step >= m)
+            || (should_stop && epoch + 1 >= self.min_epochs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule(o: TrainerOptions, train: usize, val: Option<usize>) -> FitSchedule {
+        FitSchedule::new(&o, train, val).unwrap()
+    }
+
+    #[test]
+    fn fast_dev_run_and_overfit_set_the_batch_counts() {
+        let fast = TrainerOptions {
+            fast_dev_run: 3,
+            ..TrainerOptions::default()
+        };
+        let s = schedule(fast, 10, Some(5));
+        assert_eq!(
+            (s.train_batches, s.val_batches, s.sanity_batches),
+            (3, 3, 0)
+        );
+        assert_eq!(s.max_steps, Some(3));
+        let overfit = TrainerOptions {
+            overfit_batches: Limit::Batches(4),
+            ..TrainerOptions::default()
+        };
+        let s = schedule(overfit, 10, Some(2));
+        assert_eq!((s.train_batches, s.val_batches, s.unshuffled), (4, 2, true));
+        let s = schedule(TrainerOptions::default(), 10, None);
+        assert_eq!(
+            (s.train_batches, s.val_batches, s.sanity_batches),
+            (10, 0, 0)
+        );
+    }
+
+    #[test]
+    fn steps_follow_accumulation_and_the_epoch_end() {
+        let o = TrainerOptions {
+            accumulate_grad_batches: 3,
+            ..TrainerOptions::default()
+        };
+        let s = schedule(o, 7, None);
+        let steps: Vec<usize> = (0..7).filter(|&i| s.steps_after(i)).collect();
+        assert_eq!(steps, [2, 5, 6]);
+        assert!(s.logs_after(true, 50) && !s.logs_after(true, 49) && !s.logs_after(false, 50));
+    }
+
+    #[test]
+    fn validation_counts_batches_within_or_across_epochs() {
+        let o = TrainerOptions {
+            val_check_interval: Limit::Fraction(0.5),
+            check_val_every_n_epoch: Some(2),
+            ..TrainerOptions::default()
+        };
+        let s = schedule(o, 10, Some(3));
+        let when: Vec<(u64, usize)> = (0..2)
+            .flat_map(|e| (0..10).map(move |b| (e, b)))
+            .filter(|&(e, b)| s.validates_after(e, b, 0))
+            .collect();
+        assert_eq!(when, [(1, 4), (1, 9)]);
+        let across = TrainerOptions {
+            val_check_interval: Limit::Batches(15),
+            check_val_every_n_epoch: None,
+            ..TrainerOptions::default()
+        };
+        let s = schedule(across, 10, Some(3));
+        assert!(s.validates_after(1, 4, 15) && !s.validates_after(1, 5, 16));
+        let too_long = TrainerOptions {
+            val_check_interval: Limit::Batches(15),
+            ..TrainerOptions::default()
+        };
+        assert!(FitSchedule::new(&too_long, 10, Some(3)).is_err());
+    }
+
+    #[test]
+    fn stops_and_resume_positions() {
+        let o = TrainerOptions {
+            max_steps: Some(5),
+            min_epochs: 2,
+            ..TrainerOptions::default()
+        };
+        let s = schedule(o, 10, None);
+        assert!(s.stops(5, false, 0));
+        assert!(!s.stops(4, true, 0) && s.stops(4, true, 1));
+        assert_eq!(s.resume_at(3, 10), (4, 0));
+        assert_eq!(s.resume_at(3, 4), (3, 4));
+    }
+}

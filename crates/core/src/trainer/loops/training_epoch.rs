@@ -1,0 +1,232 @@
+//! The training epoch loop (Lightning's `_TrainingEpochLoop`): the batches of one epoch, each
+//! a training step, an optimizer step every `accumulate_grad_batches` batches, metric
+//! logging, validation when due, and the stop checks. Its state is the [`FitLoop`]'s.
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::optim::{GradientsParams, Optimizer};
+use burn::tensor::FloatDType;
+use burn::tensor::backend::AutodiffBackend;
+
+use super::fit::FitLoop;
+use crate::callbacks;
+use crate::plugins::access::{ModelGradients, ModelWeights};
+use crate::stage::Stage;
+use crate::trainer::Inner;
+use crate::trainer::data::Loader;
+use crate::trainer::dtype;
+use crate::trainer::log::StepLog;
+use crate::trainer::module::{EvalModule, SchedulerInterval, TrainingModule};
+use crate::trainer::run::FitParts;
+
+impl<B, M> FitLoop<'_, B, M>
+where
+    B: AutodiffBackend,
+    M: TrainingModule<B>,
+    M::InnerModule: EvalModule<Inner<B>>,
+{
+    /// Runs the epoch `self.position.epoch` (from its `skip`th batch when resuming); returns
+    /// the loop and whether fit ends after the epoch. The loop passes by value because burn's
+    /// optimizer takes the model and gives it back.
+    pub(super) fn run_epoch<I, Bt>(
+        mut self,
+        train: &Loader<I>,
+        val: Option<&Loader<I>>,
+        batcher: &Bt,
+    ) -> anyhow::Result<(Self, bool)>
+    where
+        Bt: Batcher<B, I, M::Batch>
+            + Batcher<Inner<B>, I, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+    {
+        let epoch = self.position.epoch;
+        self.run.state.epoch = epoch;
+        self.run.state.batches_done = self.position.skip;
+        self.fit_hook(|c, x| c.on_train_epoch_start(x))?;
+        let batches = train.batch_indices(self.trainer.seed, epoch);
+        let resumed_at = std::mem::take(&mut self.position.skip);
+        let mut stop = false;
+        for (batch_idx, indices) in batches
+            .iter()
+            .take(self.schedule.train_batches)
+            .enumerate()
+            .skip(resumed_at)
+        {
+            let batch = train.batch::<B, _>(batcher, indices, &self.trainer.device)?;
+            self = self.train_batch(batch_idx, batch)?;
+            self.position.batches_seen += 1;
+            self.fit_hook(|c, x| c.on_train_batch_end(x))?;
+            let batches_seen = self.position.batches_seen;
+            if let Some(val) = val.filter(|_| {
+                self.schedule
+                    .validates_after(epoch, batch_idx, batches_seen)
+            }) {
+                self.validate(val, batcher, self.schedule.val_batches, true)?;
+            }
+            let (signal, should_stop) =
+                self.agree_on_stop(self.signals.received(), self.run.state.should_stop)?;
+            self.run.state.should_stop = should_stop;
+            if let Some(signal) = signal {
+                self.save_on_signal(signal)?;
+                break;
+            }
+            let state = &self.run.state;
+            stop = self
+                .schedule
+                .stops(state.global_step, state.should_stop, epoch);
+            if stop {
+                break;
+            }
+        }
+        let epoch_metrics = self.collector.take_epoch(self.trainer.ranks())?;
+        self.run.publish(&epoch_metrics, false)?;
+        if self.opt.interval == SchedulerInterval::Epoch {
+            self.opt.lr = self.opt.scheduler.step();
+        }
+        self.fit_hook(|c, x| c.on_train_epoch_end(x))?;
+        self.run.state.should_stop = self.agree_on_stop(None, self.run.state.should_stop)?.1;
+        self.run.loggers.save()?;
+        let state = &self.run.state;
+        let stop = stop
+            || self.interrupted.is_some()
+            || self
+                .schedule
+                .stops(state.global_step, state.should_stop, epoch);
+        Ok((self, stop))
+    }
+
+    /// One training batch: the step (on a compute copy under a mixed precision), the scaled
+    /// and averaged loss's backward, and the optimizer step when it is due.
+    fn train_batch(mut self, batch_idx: usize, batch: M::Batch) -> anyhow::Result<Self> {
+        let mut log = StepLog::new(Stage::Fit);
+        let precision = self.trainer.precision();
+        let opt = &mut self.opt;
+        let loss = if precision.casts_for_compute() {
+            dtype::compute_by_path(opt.model.clone(), &|path| precision.compute_dtype(path))
+                .training_step(batch, &mut log)
+        } else {
+            opt.model.training_step(batch, &mut log)
+        };
+        let loss = match precision.loss_scale() {
+            Some(scale) => loss.cast(FloatDType::F32).mul_scalar(scale),
+            None => loss,
+        };
+        let accumulate = self.schedule.accumulate;
+        let loss = if accumulate > 1 {
+            loss.div_scalar(accumulate as f64)
+        } else {
+            loss
+        };
+        let mut grads = GradientsParams::from_grads(loss.backward(), &opt.model);
+        let steps_now = self.schedule.steps_after(batch_idx);
+        if accumulate > 1 {
+            opt.accumulator.accumulate(&opt.model, grads);
+            grads = if steps_now {
+                opt.accumulator.grads()
+            } else {
+                GradientsParams::new()
+            };
+        }
+        if steps_now {
+            self = self.optimizer_step(grads, &mut log)?;
+        }
+        let logging_step = self
+            .schedule
+            .logs_after(steps_now, self.run.state.global_step);
+        self.collector.collect(&mut log, logging_step);
+        self.run
+            .state
+            .progress_bar_metrics
+            .append(&mut self.collector.prog_bar);
+        if logging_step && !self.collector.step.is_empty() {
+            let mut metrics = self.collector.take_step(self.trainer.ranks())?;
+            self.run.state.callback_metrics.extend(metrics.clone());
+            metrics.insert("epoch".into(), self.position.epoch as f64);
+            let step = self.run.state.global_step;
+            self.run.loggers.log_metrics(&metrics, step)?;
+        }
+        self.run.state.batch_idx = batch_idx;
+        self.run.state.batches_done = batch_idx + 1;
+        Ok(self)
+    }
+
+    /// Reduces the gradients (the strategy), unscales and checks them and clips (the
+    /// precision plugin), then steps the optimizer unless they were not finite.
+    fn optimizer_step(
+        mut self,
+        mut grads: GradientsParams,
+        log: &mut StepLog<B>,
+    ) -> anyhow::Result<Self> {
+        let options = &self.trainer.options;
+        let clip = options
+            .gradient_clip_val
+            .map(|threshold| (options.gradient_clip_algorithm, threshold));
+        let mut view = ModelGradients::<B, M>::new(&self.opt.model, &mut grads);
+        self.trainer.strategy.reduce_gradients(&mut view)?;
+        let precision = &mut self.trainer.strategy.parts_mut().precision;
+        let finite = precision.unscale_gradients(&mut view);
+        for (name, value) in precision.step_metrics() {
+            log.log(name, value);
+        }
+        if self.opt.interval == SchedulerInterval::Step {
+            self.opt.lr = self.opt.scheduler.step();
+        }
+        let step = self.run.state.global_step;
+        if finite {
+            if let Some((algorithm, threshold)) = clip {
+                precision.clip_gradients(&mut view, algorithm, threshold);
+            }
+            self.opt.model = self.opt.optimizer.step(self.opt.lr, self.opt.model, grads);
+            let mut weights = ModelWeights::<B, M>::new(&mut self.opt.model);
+            self.trainer
+                .strategy
+                .on_optimizer_step(&mut weights, step + 1)?;
+        } else {
+            tracing::info!(
+                target: "ember",
+                step,
+                "non-finite gradients: optimizer step skipped, loss scale halved"
+            );
+        }
+        self.run.state.global_step = step + 1;
+        self.run.state.learning_rate = self.opt.lr;
+        self.run.checkpoint_io.check()?;
+        Ok(self)
+    }
+
+    /// Writes the checkpoint a stop signal asks for (rank 0) and records where it went.
+    fn save_on_signal(&mut self, signal: &'static str) -> anyhow::Result<()> {
+        let state = &self.run.state;
+        let dir = state
+            .log_dir
+            .clone()
+            .unwrap_or_else(|| self.trainer.options.default_root_dir.clone());
+        let path = dir.join("checkpoints").join(format!(
+            "{}-epoch={}-step={}.ckpt",
+            signal.to_ascii_lowercase(),
+            self.position.epoch,
+            state.global_step
+        ));
+        if self.trainer.is_global_zero() {
+            let opt = &self.opt;
+            let parts = FitParts::<B, M, _, _>::new(
+                &opt.model,
+                &opt.optimizer,
+                &opt.scheduler,
+                self.trainer.precision(),
+            );
+            let run = &*self.run;
+            let states = callbacks::states_of(&run.callbacks);
+            let io = run.checkpoint_io.as_ref();
+            parts.save(io, (run.seed, &run.hparams), &path, &run.state, &states)?;
+            run.checkpoint_io.wait()?;
+            eprintln!(
+                "received {signal}: stopped after step {}, checkpoint saved to {}; resume with --trainer.ckpt_path={}",
+                run.state.global_step,
+                path.display(),
+                path.display()
+            );
+        }
+        self.interrupted = Some(path);
+        Ok(())
+    }
+}

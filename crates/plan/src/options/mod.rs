@@ -1,0 +1,246 @@
+//! The Trainer's loop options (`--trainer.max_steps=100`, `--trainer.callbacks=[...]`, ...).
+//!
+//! They share the `trainer` config section with the plan keys of [`crate::flags`]. Each option
+//! is declared once, in the table below: its doc (the docs table's meaning column), its field
+//! type, its default, the [`Kind`] that parses and writes it, and its `--help` line. The
+//! struct, `Default`, parsing, serialisation, `--help` and the docs table all come from that
+//! table; a rejection names the flag, the value and what the kind allows.
+
+mod values;
+
+use std::path::PathBuf;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::{FlagError, PlanResult, render};
+pub use values::{
+    CALLBACK_NAMES, CallbackSpec, Callbacks, CheckpointWrites, ClipAlgorithm, Count, CountOrNull,
+    Directory, FileOrNull, Flag, FlagOrCount, Interval, Kind, Limit, LoggerKind, Loggers,
+    Megabytes, Positive, PositiveOrNull, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
+    unknown_callback,
+};
+
+/// One loop option as `--help` and the docs show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionInfo {
+    /// The key under `trainer` (`max_epochs`).
+    pub key: &'static str,
+    /// One line for `--help`, without the default.
+    pub help: &'static str,
+    /// What it means, for the docs table (the field's doc comment).
+    pub doc: &'static str,
+    /// The default as shown when it is not simply the written default value.
+    pub shown_default: Option<&'static str>,
+}
+
+/// Declares the loop options: each entry becomes a field of [`TrainerOptions`], its default,
+/// a parse arm, a serialised entry and an [`OptionInfo`].
+macro_rules! trainer_options {
+    ($(
+        $(#[doc = $doc:literal])+
+        $key:ident: $ty:ty = $default:expr, $kind:ty, $help:literal $(, shown $shown:literal)?;
+    )+) => {
+        /// Loop options, resolved from the `trainer` section.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct TrainerOptions {
+            $( $(#[doc = $doc])+ pub $key: $ty, )+
+        }
+
+        impl Default for TrainerOptions {
+            fn default() -> Self {
+                Self { $( $key: $default, )+ }
+            }
+        }
+
+        /// Every loop option, in `--help` order.
+        pub const OPTIONS: &[OptionInfo] = &[$(
+            OptionInfo {
+                key: stringify!($key),
+                help: $help,
+                doc: concat!($($doc),+),
+                shown_default: trainer_options!(@shown $($shown)?),
+            },
+        )+];
+
+        impl TrainerOptions {
+            /// Sets one option from its config value; an unknown key is an error.
+            pub fn set(&mut self, key: &str, value: &Value) -> PlanResult<()> {
+                let rejected = |allowed: String| {
+                    FlagError::new(format!("--trainer.{key}"), render(value), allowed)
+                };
+                match key {
+                    $( stringify!($key) => self.$key = <$kind>::parse(value).map_err(rejected)?, )+
+                    _ => return Err(rejected("not a trainer loop option".into())),
+                }
+                Ok(())
+            }
+
+            /// The options as entries of the `trainer` config section.
+            pub fn to_value(&self) -> Map<String, Value> {
+                let mut map = Map::new();
+                $( map.insert(stringify!($key).to_owned(), <$kind>::write(&self.$key)); )+
+                map
+            }
+        }
+    };
+    (@shown $shown:literal) => { Some($shown) };
+    (@shown) => { None };
+}
+
+trainer_options! {
+    /// Epochs to train; unset with `max_steps` set: no epoch limit; both unset: 1000.
+    max_epochs: Option<u64> = None, PositiveOrNull,
+        "stop after this many epochs", shown "the app's, else 1000";
+    /// Epochs before early stopping may stop the run.
+    min_epochs: u64 = 0, Count,
+        "train at least this many epochs before early stopping may stop";
+    /// Optimizer steps at most; `-1`: no limit.
+    max_steps: Option<u64> = None, StepLimit,
+        "stop after this many optimizer steps; -1 for no limit";
+    /// Training batches per epoch: an integer (batches) or a fraction in [0, 1] (a non-zero
+    /// fraction keeps at least one batch).
+    limit_train_batches: Limit = Limit::Fraction(1.0), Limit,
+        "batches per training epoch: a count, or a fraction in [0, 1]";
+    /// Validation batches per pass, as `limit_train_batches`.
+    limit_val_batches: Limit = Limit::Fraction(1.0), Limit,
+        "batches per validation pass: a count or a fraction";
+    /// Test batches per pass, as `limit_train_batches`.
+    limit_test_batches: Limit = Limit::Fraction(1.0), Limit,
+        "batches per test pass: a count or a fraction";
+    /// Predict batches, as `limit_train_batches`.
+    limit_predict_batches: Limit = Limit::Fraction(1.0), Limit,
+        "batches to predict: a count or a fraction";
+    /// Validate every N training batches, or every fraction of an epoch.
+    val_check_interval: Limit = Limit::Fraction(1.0), Interval,
+        "validate every N training batches, or every fraction of an epoch";
+    /// Validate in every Nth epoch; `null`: count `val_check_interval` batches across epochs.
+    check_val_every_n_epoch: Option<u64> = Some(1), PositiveOrNull,
+        "validate every N epochs; null to validate only by val_check_interval batches";
+    /// Validation batches before training (not logged, not seen by callbacks that check
+    /// `sanity_checking`); `-1`: all.
+    num_sanity_val_steps: Option<u64> = Some(2), SanitySteps,
+        "validation batches run before training; -1 for all";
+    /// `true` or N: N batches of train and val, one epoch, no loggers, no checkpoints
+    /// (0: off).
+    fast_dev_run: u64 = 0, FlagOrCount,
+        "true or N: run N batches of each loop once, with no logging or checkpoints",
+        shown "false";
+    /// Train (unshuffled) and validate on this many, or this fraction of, training batches.
+    overfit_batches: Limit = Limit::Batches(0), Limit,
+        "train and validate on this many (or this fraction of) training batches, unshuffled";
+    /// Seeds the backend (weights, dropout) and the shuffles; `null` draws one. burn-flex's
+    /// generator is one per process, so Trainers on different threads must not seed and
+    /// initialise at the same time.
+    seed: Option<u64> = None, CountOrNull,
+        "seed for weights, shuffling and dropout; null draws one", shown "the app's";
+    /// Require bitwise reproducible kernels, or refuse at plan time with the reason (exit 2):
+    /// cpu honours it when `RAYON_NUM_THREADS=1` (burn-flex combines the partial sums of
+    /// large tensors in work-stealing order otherwise); cuda and wgpu refuse.
+    deterministic: bool = false, Flag,
+        "require bitwise reproducible kernels, or fail if the backend has none";
+    /// Batches per optimizer step; each loss is divided by it, so k batches of a mean loss
+    /// equal one batch k times larger.
+    accumulate_grad_batches: u64 = 1, Positive,
+        "batches whose gradients are summed per optimizer step";
+    /// Clip gradients at this value after accumulation, before the optimizer step; `null`:
+    /// no clipping.
+    gradient_clip_val: Option<f64> = None, ThresholdOrNull,
+        "clip gradients at this value; null for none";
+    /// `norm` bounds the global L2 norm of all gradients (coefficient kept on the device, so
+    /// no host sync); `value` clamps each element.
+    gradient_clip_algorithm: ClipAlgorithm = ClipAlgorithm::Norm, ClipAlgorithm,
+        "norm (global L2 norm) or value (each element)";
+    /// Step metrics are written every N optimizer steps.
+    log_every_n_steps: u64 = 50, Positive,
+        "write step metrics every N optimizer steps";
+    /// A bar per epoch on a terminal; a line per epoch otherwise.
+    enable_progress_bar: bool = true, Flag,
+        "show a progress bar on a terminal";
+    /// Add a default ModelCheckpoint when `callbacks` has none.
+    enable_checkpointing: bool = true, Flag,
+        "add a ModelCheckpoint when callbacks has none";
+    /// Where `lightning_logs/` and checkpoints go.
+    default_root_dir: PathBuf = PathBuf::from("."), Directory,
+        "where logs and checkpoints go", shown "the working directory";
+    /// `true` (csv), `false` (no files), `csv`, `tensorboard`, or a list of them.
+    logger: Vec<LoggerKind> = vec![LoggerKind::Csv], Loggers,
+        "true (csv), false, or a list of csv, tensorboard", shown "true";
+    /// A list: callback names, or `{class_path, init_args}` tables.
+    callbacks: Vec<CallbackSpec> = Vec::new(), Callbacks,
+        "a list of callbacks: names, or {class_path, init_args} tables";
+    /// `fit`: resume from this checkpoint; `validate`/`test`/`predict`: load its weights. A
+    /// path, `last` (the checkpoint with the most steps in the run's checkpoint directories)
+    /// or `best` (the best one the newest checkpoint's ModelCheckpoint recorded).
+    ckpt_path: Option<PathBuf> = None, FileOrNull,
+        "a checkpoint fit resumes from, or whose weights validate/test/predict use: a path, last or best";
+    /// `sync`, or `async` (checkpoints written on a background thread).
+    checkpoint_io: CheckpointWrites = CheckpointWrites::Sync, CheckpointWrites,
+        "sync, or async (write checkpoints on a background thread)";
+    /// ddp: megabytes of gradients per all-reduce (docs/distributed.md).
+    ddp_bucket_cap_mb: f64 = 25.0, Megabytes,
+        "ddp: megabytes of gradients per all-reduce";
+    /// ddp: seconds a collective may wait for the other ranks before the run fails.
+    ddp_timeout: f64 = 1800.0, Seconds,
+        "ddp: seconds a collective may wait for the other ranks before the run fails";
+}
+
+/// Whether `key` is a loop option.
+pub fn is_option_key(key: &str) -> bool {
+    OPTIONS.iter().any(|o| o.key == key)
+}
+
+impl OptionInfo {
+    /// The default as `--help` and the docs show it.
+    pub fn default_text(&self) -> String {
+        match self.shown_default {
+            Some(text) => text.to_owned(),
+            None => render(&TrainerOptions::default().to_value()[self.key]),
+        }
+    }
+
+    /// The `--help` line, default included.
+    pub fn help_line(&self) -> String {
+        format!("{} [default: {}]", self.help, self.default_text())
+    }
+}
+
+impl TrainerOptions {
+    /// Epochs the fit loop may run at most (Lightning's 1000 when nothing bounds it).
+    pub fn epoch_limit(&self) -> u64 {
+        match (self.max_epochs, self.max_steps) {
+            (Some(e), _) => e,
+            (None, Some(_)) => u64::MAX,
+            (None, None) => 1000,
+        }
+    }
+
+    /// The docs table of the loop options (`docs/trainer.md` holds a copy a test keeps equal).
+    pub fn markdown_table() -> String {
+        let mut table = String::from("| key | meaning | default |\n| --- | --- | --- |\n");
+        for option in OPTIONS {
+            let doc = option.doc.split_whitespace().collect::<Vec<_>>().join(" ");
+            table.push_str(&format!(
+                "| `{}` | {doc} | {} |\n",
+                option.key,
+                option.default_text()
+            ));
+        }
+        table
+    }
+}
+
+/// Reads a callback's `init_args` into its settings type; unknown or mistyped keys name the
+/// callback and the flag.
+pub fn init_args<T: DeserializeOwned>(spec: &CallbackSpec) -> PlanResult<T> {
+    serde_json::from_value(spec.init_args.clone()).map_err(|e| {
+        FlagError::new(
+            "--trainer.callbacks",
+            render(&spec.init_args),
+            format!("bad init_args for {}: {e}", spec.class_path),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;

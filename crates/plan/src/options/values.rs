@@ -1,0 +1,482 @@
+//! The value types of the loop options and how each reads and writes a config value.
+//!
+//! A [`Kind`] is one way of reading an option: `Positive` reads an integer > 0, `Limit` a
+//! count or a fraction, and so on. The option table in [`super`] names a kind per option, so
+//! an option's parsing, its error message and its serialisation come from one place.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::error::{list, render};
+
+/// How an option's config value is read and written back.
+pub trait Kind {
+    /// The field type it produces.
+    type Value;
+
+    /// The value, or what is allowed (for the error naming the flag and the value).
+    fn parse(value: &Value) -> Result<Self::Value, String>;
+
+    /// The value as a config entry; [`Kind::parse`] reads it back to the same value.
+    fn write(value: &Self::Value) -> Value;
+}
+
+/// A number of batches: an absolute count, or a fraction of what the loader has.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    /// This many batches (capped at what the loader has).
+    Batches(u64),
+    /// This share of the loader's batches, in `[0, 1]`.
+    Fraction(f64),
+}
+
+impl Limit {
+    /// Batches to run when the loader has `available`. A fraction rounds down but keeps at
+    /// least one batch when it is non-zero (as Lightning does).
+    pub fn of(self, available: usize) -> usize {
+        match self {
+            Limit::Batches(n) => usize::try_from(n).unwrap_or(usize::MAX).min(available),
+            Limit::Fraction(f) => {
+                let n = (available as f64 * f).floor() as usize;
+                if f > 0.0 && available > 0 {
+                    n.max(1)
+                } else {
+                    n
+                }
+            }
+        }
+    }
+}
+
+impl Kind for Limit {
+    type Value = Limit;
+
+    /// An integer is a batch count; a number with a fraction part (or `1.0`) is a fraction.
+    fn parse(value: &Value) -> Result<Limit, String> {
+        let allowed = || "an integer >= 0 (batches), or a fraction in [0.0, 1.0]".to_owned();
+        let text = match value {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.trim().to_owned(),
+            _ => return Err(allowed()),
+        };
+        if let Ok(n) = text.parse::<u64>() {
+            return Ok(Limit::Batches(n));
+        }
+        match text.parse::<f64>() {
+            Ok(f) if (0.0..=1.0).contains(&f) => Ok(Limit::Fraction(f)),
+            _ => Err(allowed()),
+        }
+    }
+
+    fn write(value: &Limit) -> Value {
+        match value {
+            Limit::Batches(n) => json!(n),
+            Limit::Fraction(f) => json!(f),
+        }
+    }
+}
+
+/// A [`Limit`] that is not zero: how often validation runs within an epoch.
+pub struct Interval;
+
+impl Kind for Interval {
+    type Value = Limit;
+
+    fn parse(value: &Value) -> Result<Limit, String> {
+        match Limit::parse(value) {
+            Ok(Limit::Batches(0) | Limit::Fraction(0.0)) | Err(_) => {
+                Err("a number of batches > 0, or a fraction in (0, 1]".into())
+            }
+            Ok(limit) => Ok(limit),
+        }
+    }
+
+    fn write(value: &Limit) -> Value {
+        Limit::write(value)
+    }
+}
+
+/// How `gradient_clip_val` is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClipAlgorithm {
+    /// Scale every gradient so that their global L2 norm is at most the value.
+    Norm,
+    /// Clamp each gradient element to `[-value, value]`.
+    Value,
+}
+
+impl Kind for ClipAlgorithm {
+    type Value = ClipAlgorithm;
+
+    fn parse(value: &Value) -> Result<ClipAlgorithm, String> {
+        match render(value).to_ascii_lowercase().as_str() {
+            "norm" => Ok(ClipAlgorithm::Norm),
+            "value" => Ok(ClipAlgorithm::Value),
+            _ => Err("norm or value".into()),
+        }
+    }
+
+    fn write(value: &ClipAlgorithm) -> Value {
+        json!(match value {
+            ClipAlgorithm::Norm => "norm",
+            ClipAlgorithm::Value => "value",
+        })
+    }
+}
+
+/// How checkpoints are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointWrites {
+    /// On the training thread, before the loop goes on.
+    Sync,
+    /// On a background thread, while training goes on.
+    Async,
+}
+
+impl Kind for CheckpointWrites {
+    type Value = CheckpointWrites;
+
+    fn parse(value: &Value) -> Result<CheckpointWrites, String> {
+        match render(value).trim().to_ascii_lowercase().as_str() {
+            "sync" => Ok(CheckpointWrites::Sync),
+            "async" => Ok(CheckpointWrites::Async),
+            _ => Err("sync or async".into()),
+        }
+    }
+
+    fn write(value: &CheckpointWrites) -> Value {
+        json!(match value {
+            CheckpointWrites::Sync => "sync",
+            CheckpointWrites::Async => "async",
+        })
+    }
+}
+
+/// A logger chosen by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoggerKind {
+    /// `metrics.csv` and `hparams.yaml`.
+    Csv,
+    /// TensorBoard event files.
+    TensorBoard,
+}
+
+impl LoggerKind {
+    /// The name the `logger` option takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoggerKind::Csv => "csv",
+            LoggerKind::TensorBoard => "tensorboard",
+        }
+    }
+
+    fn from_value(value: &Value) -> Option<LoggerKind> {
+        match render(value).trim().to_ascii_lowercase().as_str() {
+            "csv" | "csvlogger" => Some(LoggerKind::Csv),
+            "tensorboard" | "tensorboardlogger" => Some(LoggerKind::TensorBoard),
+            _ => None,
+        }
+    }
+}
+
+/// The `logger` option: `true` (csv), `false`, a name, or a list of names.
+pub struct Loggers;
+
+impl Kind for Loggers {
+    type Value = Vec<LoggerKind>;
+
+    fn parse(value: &Value) -> Result<Vec<LoggerKind>, String> {
+        let kinds = match (boolean(value), value) {
+            (Some(true), _) => Some(vec![LoggerKind::Csv]),
+            (Some(false), _) | (None, Value::Null) => Some(Vec::new()),
+            (None, Value::Array(items)) => items
+                .iter()
+                .map(LoggerKind::from_value)
+                .collect::<Option<Vec<_>>>()
+                .map(|mut kinds| {
+                    kinds.dedup();
+                    kinds
+                }),
+            (None, v) => LoggerKind::from_value(v).map(|k| vec![k]),
+        };
+        kinds
+            .ok_or_else(|| "true, false, csv, tensorboard, or a list of csv and tensorboard".into())
+    }
+
+    fn write(value: &Vec<LoggerKind>) -> Value {
+        json!(value.iter().map(|l| l.name()).collect::<Vec<_>>())
+    }
+}
+
+/// A callback as a config file names it: `class_path` and its `init_args`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallbackSpec {
+    /// The callback's name, e.g. `EarlyStopping` (case and `_` do not matter).
+    pub class_path: String,
+    /// Its settings, a table.
+    pub init_args: Value,
+}
+
+/// The callbacks config can name, with what each does (ember-core builds them).
+pub const CALLBACK_NAMES: [(&str, &str); 5] = [
+    (
+        "ModelCheckpoint",
+        "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename)",
+    ),
+    (
+        "EarlyStopping",
+        "stop when a metric stops improving (monitor, mode, patience, min_delta, check_finite)",
+    ),
+    (
+        "LearningRateMonitor",
+        "log the learning rate (logging_interval: step or epoch)",
+    ),
+    (
+        "DeviceStatsMonitor",
+        "log the accelerator's device stats every log_every_n_steps",
+    ),
+    (
+        "ProgressBar",
+        "the progress bar (added by default; refresh_rate)",
+    ),
+];
+
+/// What is allowed when a callback name is not known.
+pub fn unknown_callback() -> String {
+    format!(
+        "unknown callback; known: {} (others are added from Rust)",
+        list(CALLBACK_NAMES.map(|(n, _)| n))
+    )
+}
+
+impl CallbackSpec {
+    /// The callback of [`CALLBACK_NAMES`] this names, if any. Names match case-, `_`- and
+    /// `-`-insensitively, and a Lightning class path
+    /// (`lightning.pytorch.callbacks.EarlyStopping`) uses its last part.
+    pub fn known_name(&self) -> Option<&'static str> {
+        let last = self
+            .class_path
+            .rsplit(['.', ':'])
+            .next()
+            .unwrap_or_default();
+        let key: String = last
+            .chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .flat_map(char::to_lowercase)
+            .collect();
+        let key = match key.as_str() {
+            "lrmonitor" => "learningratemonitor",
+            "tqdmprogressbar" => "progressbar",
+            other => other,
+        };
+        CALLBACK_NAMES
+            .iter()
+            .map(|(name, _)| *name)
+            .find(|name| name.to_ascii_lowercase() == key)
+    }
+}
+
+/// The `callbacks` option: names of [`CALLBACK_NAMES`], or `{class_path, init_args}` tables.
+/// Their settings are checked by ember-core when it builds them, still at plan time.
+pub struct Callbacks;
+
+impl Kind for Callbacks {
+    type Value = Vec<CallbackSpec>;
+
+    fn parse(value: &Value) -> Result<Vec<CallbackSpec>, String> {
+        let allowed = "a list whose entries are callback names or {class_path, init_args} tables";
+        let items = match value {
+            Value::Null => return Ok(Vec::new()),
+            Value::Array(items) => items.as_slice(),
+            Value::String(_) | Value::Object(_) => std::slice::from_ref(value),
+            _ => return Err(allowed.into()),
+        };
+        let specs = items
+            .iter()
+            .map(|item| match item {
+                Value::String(name) if !name.trim().is_empty() => Ok(CallbackSpec {
+                    class_path: name.trim().to_owned(),
+                    init_args: json!({}),
+                }),
+                Value::Object(table) => {
+                    let class_path = table
+                        .get("class_path")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| allowed.to_owned())?;
+                    if let Some(extra) = table
+                        .keys()
+                        .find(|k| *k != "class_path" && *k != "init_args")
+                    {
+                        return Err(format!(
+                            "unknown key `{extra}` in a callback entry; allowed: class_path, init_args"
+                        ));
+                    }
+                    Ok(CallbackSpec {
+                        class_path: class_path.to_owned(),
+                        init_args: table.get("init_args").cloned().unwrap_or_else(|| json!({})),
+                    })
+                }
+                _ => Err(allowed.into()),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        match specs.iter().find(|s| s.known_name().is_none()) {
+            Some(unknown) => Err(format!("`{}`: {}", unknown.class_path, unknown_callback())),
+            None => Ok(specs),
+        }
+    }
+
+    fn write(value: &Vec<CallbackSpec>) -> Value {
+        json!(
+            value
+                .iter()
+                .map(|c| json!({"class_path": c.class_path, "init_args": c.init_args}))
+                .collect::<Vec<_>>()
+        )
+    }
+}
+
+/// Declares a [`Kind`] for a scalar option from its field type, a reader returning `None`
+/// for a value that is not allowed, what is allowed, and a writer.
+macro_rules! scalar_kind {
+    ($(#[doc = $doc:literal])* $name:ident: $ty:ty, $allowed:literal,
+     |$v:ident| $parse:expr, |$w:ident| $write:expr) => {
+        $(#[doc = $doc])*
+        pub struct $name;
+
+        impl Kind for $name {
+            type Value = $ty;
+
+            fn parse($v: &Value) -> Result<$ty, String> {
+                let parsed: Option<$ty> = $parse;
+                parsed.ok_or_else(|| $allowed.into())
+            }
+
+            fn write($w: &$ty) -> Value {
+                $write
+            }
+        }
+    };
+}
+
+scalar_kind!(
+    /// An integer >= 0.
+    Count: u64, "an integer >= 0", |v| count(v), |w| json!(w)
+);
+scalar_kind!(
+    /// An integer > 0.
+    Positive: u64, "an integer > 0", |v| positive(v), |w| json!(w)
+);
+scalar_kind!(
+    /// An integer > 0, or null for none.
+    PositiveOrNull: Option<u64>, "an integer > 0, or null",
+    |v| match v { Value::Null => Some(None), v => positive(v).map(Some) },
+    |w| json!(w)
+);
+scalar_kind!(
+    /// An integer >= 0, or null for none.
+    CountOrNull: Option<u64>, "an integer >= 0, or null",
+    |v| match v { Value::Null => Some(None), v => count(v).map(Some) },
+    |w| json!(w)
+);
+scalar_kind!(
+    /// An integer > 0, or -1 (or null) for no limit.
+    StepLimit: Option<u64>, "an integer > 0, or -1 for no limit",
+    |v| minus_one_is_none(v).filter(|n| *n != Some(0)),
+    |w| json!(w.map_or(-1, |s| s as i64))
+);
+scalar_kind!(
+    /// An integer >= 0, or -1 for all.
+    SanitySteps: Option<u64>, "an integer >= 0, or -1 for all",
+    |v| minus_one_is_none(v),
+    |w| json!(w.map_or(-1, |s| s as i64))
+);
+scalar_kind!(
+    /// `true` (1), `false` (0), or a count.
+    FlagOrCount: u64, "true, false, or an integer >= 0",
+    |v| boolean(v).map(u64::from).or_else(|| count(v)),
+    |w| json!(w)
+);
+scalar_kind!(
+    /// `true` or `false`.
+    Flag: bool, "true or false", |v| boolean(v), |w| json!(w)
+);
+scalar_kind!(
+    /// A number > 0, or null for none.
+    ThresholdOrNull: Option<f64>, "a number > 0, or null",
+    |v| match v { Value::Null => Some(None), v => positive_number(v).map(Some) },
+    |w| json!(w)
+);
+scalar_kind!(
+    /// A number of megabytes > 0.
+    Megabytes: f64, "a number of megabytes > 0", |v| positive_number(v), |w| json!(w)
+);
+scalar_kind!(
+    /// A number of seconds > 0.
+    Seconds: f64, "a number of seconds > 0", |v| positive_number(v), |w| json!(w)
+);
+scalar_kind!(
+    /// A directory path.
+    Directory: PathBuf, "a directory path",
+    |v| non_empty_string(v).map(PathBuf::from),
+    |w| json!(w.display().to_string())
+);
+scalar_kind!(
+    /// A file path, or null for none.
+    FileOrNull: Option<PathBuf>, "a checkpoint file path, or null",
+    |v| match v { Value::Null => Some(None), v => non_empty_string(v).map(|s| Some(PathBuf::from(s))) },
+    |w| json!(w.as_ref().map(|p| p.display().to_string()))
+);
+
+fn integer(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn count(value: &Value) -> Option<u64> {
+    integer(value).and_then(|n| u64::try_from(n).ok())
+}
+
+fn positive(value: &Value) -> Option<u64> {
+    count(value).filter(|n| *n > 0)
+}
+
+/// `-1` (or null) is `None`, an integer >= 0 is `Some`.
+fn minus_one_is_none(value: &Value) -> Option<Option<u64>> {
+    match (value, integer(value)) {
+        (Value::Null, _) | (_, Some(-1)) => Some(None),
+        (_, Some(n)) => u64::try_from(n).ok().map(Some),
+        _ => None,
+    }
+}
+
+fn positive_number(value: &Value) -> Option<f64> {
+    let number = match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    number.filter(|x| x.is_finite() && *x > 0.0)
+}
+
+fn non_empty_string(value: &Value) -> Option<&str> {
+    match value {
+        Value::String(s) if !s.is_empty() => Some(s),
+        _ => None,
+    }
+}
+
+fn boolean(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}

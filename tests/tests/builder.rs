@@ -1,0 +1,74 @@
+//! `Trainer::builder(..).plugins([...])`: plugins given as values, as Lightning's
+//! `Trainer(plugins=[...])` takes them.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use burn_autodiff::Autodiff;
+use burn_flex::Flex;
+use ember::checkpoint_io::{CheckpointIO, LocalCheckpointIO};
+use ember::cpu::CpuAccelerator;
+use ember::{Plan, Plugin, Precision, PrecisionPlugin, Trainer, TrainerOptions};
+
+type B = Autodiff<Flex>;
+
+/// 32-true under another name.
+struct Renamed;
+
+impl PrecisionPlugin for Renamed {
+    fn name(&self) -> &str {
+        "renamed-32"
+    }
+    fn precision(&self) -> Precision {
+        Precision::F32True
+    }
+}
+
+/// Counts the checkpoints it writes.
+#[derive(Clone, Default)]
+struct Counting(Arc<Mutex<usize>>);
+
+impl CheckpointIO for Counting {
+    fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
+        *self.0.lock().unwrap() += 1;
+        LocalCheckpointIO.save(bytes, path)
+    }
+    fn load(&self, path: &Path) -> anyhow::Result<Vec<u8>> {
+        LocalCheckpointIO.load(path)
+    }
+    fn remove(&self, path: &Path) -> anyhow::Result<()> {
+        LocalCheckpointIO.remove(path)
+    }
+}
+
+#[test]
+fn plugins_given_as_values_replace_the_plans_and_two_of_a_kind_are_refused() {
+    let plan = Plan::local("cpu", Precision::F32True);
+    let io = Counting::default();
+    let trainer = Trainer::<B>::builder(&plan, TrainerOptions::default())
+        .plugins([
+            Plugin::precision(Renamed),
+            Plugin::checkpoint_io(io.clone()),
+        ])
+        .build::<CpuAccelerator>()
+        .unwrap();
+    assert_eq!(trainer.precision().name(), "renamed-32");
+    let dir = tempfile::tempdir().unwrap();
+    let io_in_use = &trainer.strategy().parts().checkpoint_io;
+    io_in_use.save(b"x", &dir.path().join("a.ckpt")).unwrap();
+    assert_eq!(
+        *io.0.lock().unwrap(),
+        1,
+        "the given checkpoint IO is the one in use"
+    );
+
+    let twice = Trainer::<B>::builder(&plan, TrainerOptions::default())
+        .precision(Renamed)
+        .plugins([Plugin::precision(Renamed)])
+        .build::<CpuAccelerator>();
+    let message = format!(
+        "{:#}",
+        twice.err().expect("two precision plugins are refused")
+    );
+    assert!(message.contains("precision plugin twice"), "{message}");
+}
