@@ -213,7 +213,8 @@ fn bad_config_input_names_the_flag() {
             "--trainer.num_nodes",
         ),
         (
-            vec!["fit", "--trainer.max_epochs=0"],
+            // 0 is Lightning's "train nothing"; below -1 is refused.
+            vec!["fit", "--trainer.max_epochs=-2"],
             "--trainer.max_epochs",
         ),
         (vec!["fit", "--trainer.devices=[1,"], "--trainer.devices"),

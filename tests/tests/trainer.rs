@@ -1,19 +1,14 @@
-//! The Trainer's loops, flags, callbacks and loggers on the cpu backend, with a small linear
-//! regression whose items carry their index (so tests can see which batches ran).
+//! The Trainer's loops, flags, callbacks and loggers on the cpu backend, with the small linear
+//! regression of `ember_acceptance::regression` (its items carry their index, so tests can see
+//! which batches ran).
 
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataset::InMemDataset;
-use burn::module::{AutodiffModule, Module};
-use burn::nn::{Linear, LinearConfig};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{GradientsParams, Sgd, SgdConfig};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
+use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::callbacks::{
@@ -22,160 +17,14 @@ use ember::callbacks::{
 };
 use ember::options::{ClipAlgorithm, Limit};
 use ember::trainer::grads;
-use ember::{
-    DataModule, EvalModule, FitOutcome, Loader, LogOptions, Optimizers, Plan, Precision, Reduce,
-    StepLog, Trainer, TrainerOptions, TrainingModule,
-};
+use ember::{DataModule, FitOutcome, Loader, Plan, Precision, Trainer, TrainerOptions};
 use ember_acceptance::PlannedTpu;
+use ember_acceptance::regression::{
+    Batch, Data, Item, ItemBatcher, Regression, data, items, serial,
+};
 use serde_json::Value;
 
 type B = Autodiff<Flex>;
-
-/// burn-flex's random generator is one per process: tests that seed it and then draw initial
-/// weights must not interleave, so every test here holds this lock.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-const FEATURES: usize = 4;
-
-#[derive(Debug, Clone)]
-struct Item {
-    x: [f32; FEATURES],
-    y: f32,
-    index: usize,
-}
-
-fn items(n: usize, offset: usize) -> Vec<Item> {
-    (0..n)
-        .map(|i| {
-            let k = (i + offset) as f32;
-            let x = [(k * 0.37).sin(), (k * 0.11).cos(), (k * 0.07).sin(), 1.0];
-            let y = x[0] - 2.0 * x[1] + 3.0 * x[2] + 0.5;
-            Item { x, y, index: i }
-        })
-        .collect()
-}
-
-#[derive(Debug, Clone)]
-struct Batch<B: Backend> {
-    x: Tensor<B, 2>,
-    y: Tensor<B, 2>,
-    indices: Vec<usize>,
-}
-
-#[derive(Clone, Copy)]
-struct ItemBatcher;
-
-impl<B: Backend> Batcher<B, Item, Batch<B>> for ItemBatcher {
-    fn batch(&self, items: Vec<Item>, device: &B::Device) -> Batch<B> {
-        let n = items.len();
-        let x: Vec<f32> = items.iter().flat_map(|i| i.x).collect();
-        let y: Vec<f32> = items.iter().map(|i| i.y).collect();
-        Batch {
-            x: Tensor::from_data(TensorData::new(x, [n, FEATURES]), device),
-            y: Tensor::from_data(TensorData::new(y, [n, 1]), device),
-            indices: items.iter().map(|i| i.index).collect(),
-        }
-    }
-}
-
-struct Data {
-    train: usize,
-    val: usize,
-    batch_size: usize,
-    batcher: ItemBatcher,
-}
-
-fn data(train: usize, val: usize, batch_size: usize) -> Data {
-    Data {
-        train,
-        val,
-        batch_size,
-        batcher: ItemBatcher,
-    }
-}
-
-impl DataModule for Data {
-    type Item = Item;
-    type Batcher = ItemBatcher;
-
-    fn batcher(&self) -> &ItemBatcher {
-        &self.batcher
-    }
-    fn train_loader(&self) -> Option<Loader<Item>> {
-        Some(
-            Loader::new(
-                Arc::new(InMemDataset::new(items(self.train, 0))),
-                self.batch_size,
-            )
-            .shuffled(),
-        )
-    }
-    fn val_loader(&self) -> Option<Loader<Item>> {
-        (self.val > 0).then(|| {
-            Loader::new(
-                Arc::new(InMemDataset::new(items(self.val, 10_000))),
-                self.batch_size,
-            )
-        })
-    }
-}
-
-#[derive(Module, Debug)]
-struct Regression<B: Backend> {
-    linear: Linear<B>,
-    lr: f64,
-}
-
-impl<B: Backend> Regression<B> {
-    fn new(device: &B::Device) -> Self {
-        Self {
-            linear: LinearConfig::new(FEATURES, 1).init(device),
-            lr: 0.05,
-        }
-    }
-
-    fn loss(&self, batch: &Batch<B>) -> Tensor<B, 1> {
-        let diff = self.linear.forward(batch.x.clone()) - batch.y.clone();
-        diff.square().mean()
-    }
-}
-
-impl<B: AutodiffBackend> TrainingModule<B> for Regression<B> {
-    type Batch = Batch<B>;
-    type Optimizer = OptimizerAdaptor<Sgd<B::InnerBackend>, Self, B>;
-    type Scheduler = f64;
-
-    fn training_step(&self, batch: Batch<B>, log: &mut StepLog<B>) -> Tensor<B, 1> {
-        let loss = self.loss(&batch);
-        log.log("train_loss", &loss);
-        let first = *batch.indices.iter().min().unwrap() as f64;
-        let last = *batch.indices.iter().max().unwrap() as f64;
-        let epoch = LogOptions::default().on_step(false).on_epoch(true);
-        log.log_with("min_index", first, epoch.reduce(Reduce::Min));
-        log.log_with("max_index", last, epoch.reduce(Reduce::Max));
-        loss
-    }
-
-    fn configure_optimizers(&self) -> Optimizers<Self::Optimizer, f64> {
-        Optimizers::new(SgdConfig::new().init(), self.lr)
-    }
-}
-
-impl<B: Backend> EvalModule<B> for Regression<B> {
-    type Batch = Batch<B>;
-
-    fn validation_step(&self, batch: Batch<B>, log: &mut StepLog<B>) {
-        let n = batch.indices.len();
-        log.log_with(
-            "val_loss",
-            self.loss(&batch),
-            LogOptions::default().batch_size(n),
-        );
-    }
-}
 
 /// Options for a quiet test run writing under `root`.
 fn options(root: &Path) -> TrainerOptions {
@@ -727,7 +576,9 @@ fn csv_logger_writes_metrics_and_hparams_in_a_new_version() {
         ] {
             assert!(header.contains(&column), "{column} missing from {header:?}");
         }
-        // 4 batches per epoch, 2 epochs, every 2 steps: train_loss at steps 2, 4, 6, 8.
+        // 4 batches per epoch, 2 epochs, every 2 steps: train_loss after optimizer steps 2, 4,
+        // 6, 8, written at the steps before them as Lightning does (its `_batches_that_stepped`
+        // when `update_train_step_metrics` runs, loops/training_epoch_loop.py): 1, 3, 5, 7.
         let col = header.iter().position(|c| *c == "train_loss").unwrap();
         let steps: Vec<&str> = csv
             .lines()
@@ -735,7 +586,7 @@ fn csv_logger_writes_metrics_and_hparams_in_a_new_version() {
             .filter(|l| !l.split(',').nth(col).unwrap().is_empty())
             .map(|l| l.split(',').next().unwrap())
             .collect();
-        assert_eq!(steps, ["2", "4", "6", "8"]);
+        assert_eq!(steps, ["1", "3", "5", "7"]);
         let hparams: Value =
             serde_yaml::from_str(&std::fs::read_to_string(log_dir.join("hparams.yaml")).unwrap())
                 .unwrap();
@@ -899,13 +750,14 @@ fn tensorboard_event_files_are_valid_and_read_back_by_tensorboard() {
         .filter(|l| l.starts_with("train_loss "))
         .map(|l| l.split(' ').nth(1).unwrap())
         .collect();
-    assert_eq!(loss_steps, ["2", "4", "6", "8"], "{text}");
+    // Lightning's step labels (see csv_logger_writes_metrics_and_hparams_in_a_new_version).
+    assert_eq!(loss_steps, ["1", "3", "5", "7"], "{text}");
     let val_loss: f64 = text
         .lines()
-        .filter(|l| l.starts_with("val_loss 8 "))
+        .filter(|l| l.starts_with("val_loss 7 "))
         .map(|l| l.split(' ').nth(2).unwrap().parse().unwrap())
         .next()
-        .unwrap_or_else(|| panic!("no val_loss at step 8 in {text}"));
+        .unwrap_or_else(|| panic!("no val_loss at step 7 in {text}"));
     assert!((val_loss - out.metrics["val_loss"]).abs() < 1e-6 * out.metrics["val_loss"].max(1.0));
 }
 

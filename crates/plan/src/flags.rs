@@ -194,6 +194,7 @@ impl TrainerFlags {
                 }
             }
         }
+        flags.options.check()?;
         Ok(flags)
     }
 }

@@ -365,8 +365,26 @@ fn loop_flags_are_checked_before_anything_runs() {
             &["--trainer.logger", "csv"],
         ),
         (
-            &["fit", "--trainer.max_steps=0"],
+            &["fit", "--trainer.max_steps=-2"],
             &["--trainer.max_steps", "-1"],
+        ),
+        (
+            &[
+                "fit",
+                "--trainer.val_check_interval=0.5",
+                "--trainer.check_val_every_n_epoch=null",
+            ],
+            &["--trainer.val_check_interval", "number of batches"],
+        ),
+        // Found only once the data is known (23 training batches), still exit 2 and nothing
+        // written.
+        (
+            &["fit", "--trainer.val_check_interval=100"],
+            &[
+                "--trainer.val_check_interval",
+                "`100`",
+                "23 training batches",
+            ],
         ),
     ] {
         let out = digits(args, &[]);

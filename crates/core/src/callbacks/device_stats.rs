@@ -31,7 +31,7 @@ impl Callback for DeviceStatsMonitor {
     }
 
     fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        let step = ctx.state.global_step;
+        let step = ctx.state.log_step();
         if !step.is_multiple_of(ctx.state.log_every_n_steps.max(1)) || self.last_step == Some(step)
         {
             return Ok(());

@@ -42,7 +42,7 @@ impl LearningRateMonitor {
     }
 
     fn log(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        let step = ctx.state.global_step;
+        let step = ctx.state.log_step();
         if step == 0 || self.last_step == Some(step) {
             return Ok(());
         }

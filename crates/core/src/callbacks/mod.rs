@@ -93,6 +93,18 @@ pub struct TrainerState {
     pub fast_dev_run: bool,
 }
 
+impl TrainerState {
+    /// The step metrics are logged at: during `fit`, the optimizer steps taken before the one
+    /// just done (Lightning's `_batches_that_stepped` when it logs, so the first step's metrics
+    /// are at step 0); otherwise the global step.
+    pub fn log_step(&self) -> u64 {
+        match self.stage {
+            Some(Stage::Fit) => self.global_step.saturating_sub(1),
+            _ => self.global_step,
+        }
+    }
+}
+
 /// The states of `callbacks` by key.
 pub(crate) fn states_of(callbacks: &[Box<dyn Callback>]) -> CallbackStates {
     callbacks

@@ -228,13 +228,17 @@ where
                 match registry.run(job, &plan, &inventory) {
                     Ok(out) => CliOutcome::Ran(out),
                     Err(e) => {
-                        let message = format!("{e:#}");
+                        // A flag found wrong only once the data is known is still bad input.
+                        let (code, message): (u8, String) = match e.downcast_ref::<FlagError>() {
+                            Some(flag) => (2, flag.to_string()),
+                            None => (1, format!("{e:#}")),
+                        };
                         if let Some(collective) = &collective {
                             // The other ranks would wait for this one in their next collective.
                             eprintln!("error: rank {}: {message}", plan.global_rank);
-                            collective.abort(1);
+                            collective.abort(i32::from(code));
                         }
-                        CliOutcome::Failed { code: 1, message }
+                        CliOutcome::Failed { code, message }
                     }
                 }
             }

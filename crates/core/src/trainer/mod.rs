@@ -187,6 +187,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         options: TrainerOptions,
         strategy: Box<dyn Strategy>,
     ) -> anyhow::Result<Self> {
+        options.check()?;
         let seed = options
             .seed
             .unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
@@ -309,16 +310,15 @@ impl<B: AutodiffBackend> Trainer<B> {
         let train = train.sharded(shard);
         let val = data.val_loader().map(|v| v.sharded(shard));
         let resume_from = self.ckpt_path()?;
-        let mut run = self.start(Stage::Fit)?;
-        let result = FitSchedule::new(
+        // A flag that does not fit the data is refused before anything is written.
+        let schedule = FitSchedule::new(
             &self.options,
             train.num_batches(),
             val.as_ref().map(Loader::num_batches),
-        )
-        .and_then(|schedule| {
-            FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())?
-                .run(data.batcher(), (&train, val.as_ref()))
-        });
+        )?;
+        let mut run = self.start(Stage::Fit)?;
+        let result = FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())
+            .and_then(|fit| fit.run(data.batcher(), (&train, val.as_ref())));
         self.finish(run, result)
     }
 

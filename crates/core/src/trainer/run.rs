@@ -185,6 +185,6 @@ impl Run {
         }
         let mut logged = metrics.clone();
         logged.insert("epoch".into(), self.state.epoch as f64);
-        self.loggers.log_metrics(&logged, self.state.global_step)
+        self.loggers.log_metrics(&logged, self.state.log_step())
     }
 }

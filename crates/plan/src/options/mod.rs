@@ -16,8 +16,8 @@ use serde_json::{Map, Value};
 use crate::error::{FlagError, PlanResult, render};
 pub use values::{
     CALLBACK_NAMES, CallbackSpec, Callbacks, CheckpointWrites, ClipAlgorithm, Count, CountOrNull,
-    Directory, FileOrNull, Flag, FlagOrCount, Interval, Kind, Limit, LoggerKind, Loggers,
-    Megabytes, Positive, PositiveOrNull, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
+    Directory, EpochLimit, FileOrNull, Flag, FlagOrCount, Interval, Kind, Limit, LoggerKind,
+    Loggers, Megabytes, Positive, PositiveOrNull, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
     unknown_callback,
 };
 
@@ -89,15 +89,19 @@ macro_rules! trainer_options {
 }
 
 trainer_options! {
-    /// Epochs to train; unset with `max_steps` set: no epoch limit; both unset: 1000.
-    max_epochs: Option<u64> = None, PositiveOrNull,
-        "stop after this many epochs", shown "the app's, else 1000";
+    /// Epochs to train; `-1`: no epoch limit; `0`: train nothing. Unset: no epoch limit when
+    /// `max_steps` is set, else 1000.
+    max_epochs: Option<u64> = None, EpochLimit,
+        "stop after this many epochs; -1 for no limit", shown "the app's, else 1000";
     /// Epochs before early stopping may stop the run.
     min_epochs: u64 = 0, Count,
         "train at least this many epochs before early stopping may stop";
-    /// Optimizer steps at most; `-1`: no limit.
+    /// Optimizer steps at most; `-1`: no limit; `0`: train nothing.
     max_steps: Option<u64> = None, StepLimit,
         "stop after this many optimizer steps; -1 for no limit";
+    /// Optimizer steps before early stopping may stop the run; `null`: none.
+    min_steps: Option<u64> = None, CountOrNull,
+        "train at least this many optimizer steps before early stopping may stop";
     /// Training batches per epoch: an integer (batches) or a fraction in [0, 1] (a non-zero
     /// fraction keeps at least one batch).
     limit_train_batches: Limit = Limit::Fraction(1.0), Limit,
@@ -114,7 +118,8 @@ trainer_options! {
     /// Validate every N training batches, or every fraction of an epoch.
     val_check_interval: Limit = Limit::Fraction(1.0), Interval,
         "validate every N training batches, or every fraction of an epoch";
-    /// Validate in every Nth epoch; `null`: count `val_check_interval` batches across epochs.
+    /// Validate in every Nth epoch; `null`: count `val_check_interval` batches across epochs
+    /// (which must then be a number of batches).
     check_val_every_n_epoch: Option<u64> = Some(1), PositiveOrNull,
         "validate every N epochs; null to validate only by val_check_interval batches";
     /// Validation batches before training (not logged, not seen by callbacks that check
@@ -206,6 +211,20 @@ impl OptionInfo {
 }
 
 impl TrainerOptions {
+    /// Refuses combinations of options that each are valid alone: a fraction of an epoch as
+    /// `val_check_interval` when `check_val_every_n_epoch` is null (there is no epoch for it to
+    /// be a fraction of), as Lightning does.
+    pub fn check(&self) -> PlanResult<()> {
+        match (self.check_val_every_n_epoch, self.val_check_interval) {
+            (None, Limit::Fraction(f)) if f != 1.0 => Err(FlagError::new(
+                "--trainer.val_check_interval",
+                f.to_string(),
+                "a number of batches when check_val_every_n_epoch is null (a fraction needs an epoch to be a fraction of)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Epochs the fit loop may run at most (Lightning's 1000 when nothing bounds it).
     pub fn epoch_limit(&self) -> u64 {
         match (self.max_epochs, self.max_steps) {

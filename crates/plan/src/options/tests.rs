@@ -42,7 +42,14 @@ fn limits_are_counts_or_fractions() {
 fn steps_and_sanity_accept_minus_one() {
     assert_eq!(set("max_steps", json!(-1)).unwrap().max_steps, None);
     assert_eq!(set("max_steps", json!(7)).unwrap().max_steps, Some(7));
-    assert!(set("max_steps", json!(0)).is_err());
+    assert_eq!(set("max_steps", json!(0)).unwrap().max_steps, Some(0));
+    assert!(set("max_steps", json!(-2)).is_err());
+    assert_eq!(
+        set("max_epochs", json!(-1)).unwrap().max_epochs,
+        Some(u64::MAX)
+    );
+    assert_eq!(set("max_epochs", json!(0)).unwrap().max_epochs, Some(0));
+    assert!(set("max_epochs", json!(-2)).is_err());
     assert_eq!(
         set("num_sanity_val_steps", json!(0))
             .unwrap()

@@ -380,10 +380,23 @@ scalar_kind!(
     |w| json!(w)
 );
 scalar_kind!(
-    /// An integer > 0, or -1 (or null) for no limit.
-    StepLimit: Option<u64>, "an integer > 0, or -1 for no limit",
-    |v| minus_one_is_none(v).filter(|n| *n != Some(0)),
+    /// An integer >= 0, or -1 (or null) for no limit.
+    StepLimit: Option<u64>, "an integer >= 0, or -1 for no limit",
+    |v| minus_one_is_none(v),
     |w| json!(w.map_or(-1, |s| s as i64))
+);
+scalar_kind!(
+    /// An integer >= 0, -1 for no limit (`u64::MAX`), or null for the default.
+    EpochLimit: Option<u64>, "an integer >= 0, -1 for no limit, or null",
+    |v| match (v, integer(v)) {
+        (Value::Null, _) => Some(None),
+        (_, Some(-1)) => Some(Some(u64::MAX)),
+        _ => count(v).map(Some),
+    },
+    |w| match w {
+        Some(u64::MAX) => json!(-1),
+        other => json!(other),
+    }
 );
 scalar_kind!(
     /// An integer >= 0, or -1 for all.

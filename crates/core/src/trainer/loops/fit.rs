@@ -226,7 +226,11 @@ where
             self.validate(val, batcher, self.schedule.sanity_batches, false)?;
             self.run.state.sanity_checking = false;
         }
-        let mut stop = false;
+        let nothing = self.schedule.nothing_to_train(self.run.state.global_step);
+        if let Some(why) = nothing.as_ref().filter(|_| self.trainer.is_global_zero()) {
+            eprintln!("{why}");
+        }
+        let mut stop = nothing.is_some();
         while self.position.epoch < self.run.state.max_epochs && !stop {
             let (next, ended) = self.run_epoch(&train, val, batcher)?;
             self = next;

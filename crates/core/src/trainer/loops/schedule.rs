@@ -1,6 +1,7 @@
 //! The loops' arithmetic, apart from any backend: how many batches each loop runs, when the
 //! optimizer steps, when validation runs, when metrics are logged and when fit stops.
 
+use crate::error::FlagError;
 use crate::options::{Limit, TrainerOptions};
 
 /// Batches an evaluation or predict loop runs: `limit` of what the loader has, or
@@ -27,6 +28,8 @@ pub struct FitSchedule {
     pub accumulate: u64,
     /// Optimizer steps at most.
     pub max_steps: Option<u64>,
+    /// Optimizer steps before a stop request is honoured.
+    min_steps: u64,
     /// Validate every this many training batches.
     val_every: usize,
     check_val_every_n_epoch: Option<u64>,
@@ -36,13 +39,13 @@ pub struct FitSchedule {
 
 impl FitSchedule {
     /// The schedule for a loader of `train_available` batches and, when there is validation
-    /// data, one of `val_available`. Fails when `val_check_interval` is longer than an epoch
-    /// while validation also counts epochs.
+    /// data, one of `val_available`. Refuses (naming the flag) a `val_check_interval` longer
+    /// than an epoch while validation also counts epochs.
     pub fn new(
         o: &TrainerOptions,
         train_available: usize,
         val_available: Option<usize>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, FlagError> {
         let fast = o.fast_dev_run;
         let overfit = o.overfit_batches.of(train_available);
         let train_batches = if fast > 0 {
@@ -62,10 +65,15 @@ impl FitSchedule {
             Limit::Fraction(f) => ((train_batches as f64 * f).floor() as usize).max(1),
             Limit::Batches(b) => usize::try_from(b).unwrap_or(usize::MAX),
         };
-        if o.check_val_every_n_epoch.is_some() && val_batches > 0 && val_every > train_batches {
-            anyhow::bail!(
-                "invalid --trainer.val_check_interval value `{val_every}`: it must be at most the {train_batches} training batches of an epoch, or set check_val_every_n_epoch=null to count batches across epochs"
-            );
+        let epoch_checks = o.check_val_every_n_epoch.is_some();
+        if epoch_checks && val_batches > 0 && train_batches > 0 && val_every > train_batches {
+            return Err(FlagError::new(
+                "--trainer.val_check_interval",
+                val_every.to_string(),
+                format!(
+                    "at most the {train_batches} training batches of an epoch, or set check_val_every_n_epoch=null to count batches across epochs"
+                ),
+            ));
         }
         let sanity_batches = match o.num_sanity_val_steps {
             _ if fast > 0 => 0,
@@ -79,6 +87,7 @@ impl FitSchedule {
             unshuffled: fast == 0 && overfit > 0,
             accumulate: o.accumulate_grad_batches,
             max_steps: if fast > 0 { Some(fast) } else { o.max_steps },
+            min_steps: o.min_steps.unwrap_or(0),
             val_every,
             check_val_every_n_epoch: o.check_val_every_n_epoch,
             min_epochs: o.min_epochs,
@@ -121,10 +130,24 @@ impl FitSchedule {
             }
     }
 
-    /// Whether fit ends: `max_steps` reached, or a stop asked for once `min_epochs` are done.
-    pub fn stops(&self, global_step: u64, should_stop: bool, epoch: u64) -> bool {
+    /// Why fit trains nothing, if it does not: no training batches, or `max_steps` already
+    /// reached (Lightning's `FitLoop.skip`/`done` before the first epoch).
+    pub fn nothing_to_train(&self, global_step: u64) -> Option<String> {
+        match self.max_steps {
+            _ if self.train_batches == 0 => Some("fit stopped: no training batches".into()),
+            Some(max) if global_step >= max => {
+                Some(format!("fit stopped: max_steps={max} reached"))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether fit ends after `epochs_done` complete epochs: `max_steps` reached, or a stop
+    /// asked for once `min_epochs` epochs are complete and `min_steps` steps taken (Lightning's
+    /// `_can_stop_early`: within an epoch, the epoch under way does not count).
+    pub fn stops(&self, global_step: u64, should_stop: bool, epochs_done: u64) -> bool {
         self.max_steps.is_some_and(|m| global_step >= m)
-            || (should_stop && epoch + 1 >= self.min_epochs)
+            || (should_stop && epochs_done >= self.min_epochs && global_step >= self.min_steps)
     }
 }
 
@@ -197,7 +220,11 @@ mod tests {
             val_check_interval: Limit::Batches(15),
             ..TrainerOptions::default()
         };
-        assert!(FitSchedule::new(&too_long, 10, Some(3)).is_err());
+        let e = FitSchedule::new(&too_long, 10, Some(3)).unwrap_err();
+        assert_eq!(
+            (e.flag.as_str(), e.value.as_str()),
+            ("--trainer.val_check_interval", "15")
+        );
     }
 
     #[test]
@@ -209,7 +236,7 @@ mod tests {
         };
         let s = schedule(o, 10, None);
         assert!(s.stops(5, false, 0));
-        assert!(!s.stops(4, true, 0) && s.stops(4, true, 1));
+        assert!(!s.stops(4, true, 1) && s.stops(4, true, 2));
         assert_eq!(s.resume_at(3, 10), (4, 0));
         assert_eq!(s.resume_at(3, 4), (3, 4));
     }

@@ -69,6 +69,7 @@ where
                 self.save_on_signal(signal)?;
                 break;
             }
+            // Within the epoch, only the epochs before it count as complete.
             let state = &self.run.state;
             stop = self
                 .schedule
@@ -90,7 +91,7 @@ where
             || self.interrupted.is_some()
             || self
                 .schedule
-                .stops(state.global_step, state.should_stop, epoch);
+                .stops(state.global_step, state.should_stop, epoch + 1);
         Ok((self, stop))
     }
 
@@ -141,7 +142,7 @@ where
             let mut metrics = self.collector.take_step(self.trainer.ranks())?;
             self.run.state.callback_metrics.extend(metrics.clone());
             metrics.insert("epoch".into(), self.position.epoch as f64);
-            let step = self.run.state.global_step;
+            let step = self.run.state.log_step();
             self.run.loggers.log_metrics(&metrics, step)?;
         }
         self.run.state.batch_idx = batch_idx;
