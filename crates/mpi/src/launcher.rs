@@ -50,7 +50,9 @@ pub fn launch(plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
         "starting {processes} ranks of {} under mpirun",
         program.display()
     );
+    let session = SessionBase::create()?;
     let mut mpirun = mpirun_command(processes, program, args)
+        .env("TMPDIR", &session.0)
         .spawn()
         .map_err(|e| {
             anyhow::anyhow!(
@@ -70,6 +72,28 @@ pub fn launch(plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
             1
         }
     })
+}
+
+/// A directory of this launch's own for OpenMPI's session files, removed when dropped.
+///
+/// OpenMPI 4 creates its session directory (`ompi.<host>.<uid>`) under `TMPDIR` with a `mkdir`
+/// that fails ("File exists") when another `mpirun` creates it at the same moment, so two runs
+/// started together on one machine could kill each other's start; each launch gets its own base.
+struct SessionBase(PathBuf);
+
+impl SessionBase {
+    fn create() -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("ember-mpirun-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {} for mpirun", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for SessionBase {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Waits for `mpirun`, turning the stop signals this process receives into a graceful stop of

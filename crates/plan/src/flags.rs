@@ -4,7 +4,7 @@ use serde_json::{Map, Value, json};
 
 use crate::devices::DevicesFlag;
 use crate::error::{FlagError, PlanResult, list, render};
-use crate::options::{OPTIONS, TrainerOptions, is_option_key};
+use crate::options::{TrainerOptions, help_lines, is_option_key};
 
 /// The trainer keys the connector reads, with a line of help each.
 pub const PLAN_KEYS: [(&str, &str); 7] = [
@@ -40,7 +40,7 @@ pub fn trainer_keys() -> impl Iterator<Item = (&'static str, String)> {
     let plan = PLAN_KEYS
         .iter()
         .map(|(key, help)| (*key, (*help).to_owned()));
-    plan.chain(OPTIONS.iter().map(|o| (o.key, o.help_line())))
+    plan.chain(help_lines())
 }
 
 /// Unresolved trainer flags: what was asked for, before any hardware or environment is known.

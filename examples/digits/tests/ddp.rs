@@ -205,6 +205,8 @@ fn ranks_started_by_mpirun_find_the_mpi_environment() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    // OpenMPI's session files apart from other tests' mpirun (it races creating a shared one).
+    let session = tempfile::tempdir().unwrap();
     // `mpirun -np 2 digits fit --trainer.devices=1 --trainer.num_nodes=2 ARGS`.
     let mpirun = |args: &[&str]| {
         Command::new("mpirun")
@@ -212,6 +214,7 @@ fn ranks_started_by_mpirun_find_the_mpi_environment() {
             .args(["fit", "--trainer.devices=1", "--trainer.num_nodes=2"])
             .args(args)
             .current_dir(dir.path())
+            .env("TMPDIR", session.path())
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .env("EMBER_INVENTORY", "")

@@ -196,18 +196,25 @@ pub fn is_option_key(key: &str) -> bool {
 }
 
 impl OptionInfo {
-    /// The default as `--help` and the docs show it.
-    pub fn default_text(&self) -> String {
+    /// The default as `--help` and the docs show it, given the defaults as config entries
+    /// (`TrainerOptions::default().to_value()`, made once for all options).
+    pub fn default_text(&self, defaults: &Map<String, Value>) -> String {
         match self.shown_default {
             Some(text) => text.to_owned(),
-            None => render(&TrainerOptions::default().to_value()[self.key]),
+            None => defaults.get(self.key).map(render).unwrap_or_default(),
         }
     }
 
     /// The `--help` line, default included.
-    pub fn help_line(&self) -> String {
-        format!("{} [default: {}]", self.help, self.default_text())
+    pub fn help_line(&self, defaults: &Map<String, Value>) -> String {
+        format!("{} [default: {}]", self.help, self.default_text(defaults))
     }
+}
+
+/// Every loop option with its `--help` line, in `--help` order.
+pub fn help_lines() -> impl Iterator<Item = (&'static str, String)> {
+    let defaults = TrainerOptions::default().to_value();
+    OPTIONS.iter().map(move |o| (o.key, o.help_line(&defaults)))
 }
 
 impl TrainerOptions {
@@ -236,13 +243,14 @@ impl TrainerOptions {
 
     /// The docs table of the loop options (`docs/trainer.md` holds a copy a test keeps equal).
     pub fn markdown_table() -> String {
+        let defaults = TrainerOptions::default().to_value();
         let mut table = String::from("| key | meaning | default |\n| --- | --- | --- |\n");
         for option in OPTIONS {
             let doc = option.doc.split_whitespace().collect::<Vec<_>>().join(" ");
             table.push_str(&format!(
                 "| `{}` | {doc} | {} |\n",
                 option.key,
-                option.default_text()
+                option.default_text(&defaults)
             ));
         }
         table

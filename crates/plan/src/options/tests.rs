@@ -132,13 +132,7 @@ fn the_docs_table_is_the_declared_one() {
 
 #[test]
 fn help_lines_show_the_declared_defaults() {
-    let line = |key: &str| {
-        OPTIONS
-            .iter()
-            .find(|o| o.key == key)
-            .map(OptionInfo::help_line)
-            .unwrap()
-    };
+    let line = |key: &str| help_lines().find(|(k, _)| *k == key).unwrap().1;
     assert!(line("max_steps").ends_with("[default: -1]"));
     assert!(line("limit_val_batches").ends_with("[default: 1.0]"));
     assert!(line("checkpoint_io").ends_with("[default: sync]"));
