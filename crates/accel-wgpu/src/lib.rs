@@ -5,6 +5,10 @@
 //! out, so that `accelerator=auto` on a machine with no GPU still picks cpu; set
 //! `EMBER_WGPU_SOFTWARE=1` to count them (tests do, to run wgpu on CI machines).
 
+mod quiet;
+
+use std::sync::OnceLock;
+
 use burn_autodiff::Autodiff;
 use burn_wgpu::graphics::{AutoGraphicsApi, GraphicsApi};
 use burn_wgpu::{Wgpu, WgpuDevice};
@@ -19,8 +23,14 @@ pub const SOFTWARE_VAR: &str = "EMBER_WGPU_SOFTWARE";
 /// GPUs through wgpu.
 pub struct WgpuAccelerator;
 
-/// The adapters ember treats as devices: (device type, name), in wgpu's order.
+/// The adapters ember treats as devices: (device type, name), in wgpu's order. Enumerated
+/// once per process: each enumeration makes the Vulkan loader probe the window systems.
 pub fn adapters() -> Vec<(wgpu::DeviceType, String)> {
+    static ADAPTERS: OnceLock<Vec<(wgpu::DeviceType, String)>> = OnceLock::new();
+    ADAPTERS.get_or_init(|| quiet::stderr(enumerate)).clone()
+}
+
+fn enumerate() -> Vec<(wgpu::DeviceType, String)> {
     let software = std::env::var(SOFTWARE_VAR).is_ok_and(|v| v == "1");
     let backend = AutoGraphicsApi::backend();
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {

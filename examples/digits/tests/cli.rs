@@ -39,6 +39,28 @@ fn print_plan_probes_this_machine() {
     );
 }
 
+/// Probing every accelerator this binary was built with (the wgpu row builds wgpu in) prints
+/// nothing that reads like an error, on a machine with no display (no `XDG_RUNTIME_DIR`) and
+/// no GPU.
+#[test]
+fn probing_the_machine_prints_no_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(["fit", "--print-plan", "--trainer.devices=1"])
+        .env_remove("EMBER_INVENTORY")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("DISPLAY")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        !err.lines().any(|l| l.contains("error")),
+        "probing printed: {err}"
+    );
+}
+
 #[test]
 fn print_plan_with_only_a_cpu() {
     let out = digits(&["fit", "--print-plan"], &[]);

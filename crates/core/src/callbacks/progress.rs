@@ -80,9 +80,17 @@ impl Callback for ProgressBar {
                 Some(ctx.state.num_training_batches as u64),
                 ProgressDrawTarget::stderr(),
             );
-            bar.set_style(ProgressStyle::with_template(
-                "{prefix} {bar:30} {pos}/{len} [{elapsed}<{eta}, {per_sec}] {msg}",
-            )?);
+            // The rate reads as Lightning's (tqdm's): `12.34it/s`.
+            let style = ProgressStyle::with_template(
+                "{prefix} {bar:30} {pos}/{len} [{elapsed}<{eta}, {rate}] {msg}",
+            )?
+            .with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.2}it/s", state.per_sec());
+                },
+            );
+            bar.set_style(style);
             bar.set_prefix(epoch_label(ctx));
             self.bar = Some(bar);
         }
