@@ -22,7 +22,15 @@ base=$((20000 + $$ % 20000))
 pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    # slurmd sometimes ignores SIGTERM once slurmctld is gone: give each daemon 5 s, then kill.
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
     rm -rf "$dir"
 }
 trap cleanup EXIT
