@@ -15,6 +15,7 @@ use super::evaluation::EvaluationLoop;
 use super::schedule::FitSchedule;
 use crate::callbacks::{self, Callback, CallbackContext};
 use crate::plugins::access::ModelWeights;
+use crate::plugins::precision::PrecisionPlugin;
 use crate::stage::Stage;
 use crate::trainer::checkpoint::Checkpoint;
 use crate::trainer::data::Loader;
@@ -24,13 +25,11 @@ use crate::trainer::run::{FitParts, Run};
 use crate::trainer::signals::{self, StopSignals};
 use crate::trainer::{FitOutcome, Inner, Trainer, dtype};
 
-/// Where the fit loop is: the epoch, the batches of it already done (when resuming), and the
-/// training batches seen across epochs.
+/// Where the fit loop is: the epoch, and the batches of it already done (when resuming).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Position {
     pub(super) epoch: u64,
     pub(super) skip: usize,
-    pub(super) batches_seen: u64,
 }
 
 /// The model and what trains it: the optimizer, the scheduler and the learning rate.
@@ -42,6 +41,16 @@ pub(super) struct Optimization<B: AutodiffBackend, M: TrainingModule<B>> {
     pub(super) lr: f64,
     /// Gradients summed over the batches of one optimizer step.
     pub(super) accumulator: GradientsAccumulator<M>,
+}
+
+impl<B: AutodiffBackend, M: TrainingModule<B>> Optimization<B, M> {
+    /// What a checkpoint of the fit is written from: these, and the precision plugin's state.
+    pub(super) fn fit_parts<'a>(
+        &'a self,
+        precision: &'a dyn PrecisionPlugin,
+    ) -> FitParts<'a, B, M, M::Optimizer, M::Scheduler> {
+        FitParts::new(&self.model, &self.optimizer, &self.scheduler, precision)
+    }
 }
 
 /// One `fit` in progress.
@@ -115,13 +124,7 @@ where
         &mut self,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let o = &self.opt;
-        let parts = FitParts::<B, M, _, _>::new(
-            &o.model,
-            &o.optimizer,
-            &o.scheduler,
-            self.trainer.precision(),
-        );
+        let parts = self.opt.fit_parts(self.trainer.precision());
         self.run.hook_fit(&parts, f)
     }
 
@@ -194,12 +197,7 @@ where
             path.display(),
             h.global_step
         );
-        let position = Position {
-            epoch,
-            skip,
-            batches_seen: epoch * schedule.train_batches as u64 + skip as u64,
-        };
-        Ok((opt, position))
+        Ok((opt, Position { epoch, skip }))
     }
 
     /// Runs the fit to its end and returns what it trained.

@@ -118,9 +118,10 @@ impl FitSchedule {
         stepped && global_step.is_multiple_of(self.log_every_n_steps.max(1))
     }
 
-    /// Whether validation runs after batch `batch_idx` of `epoch` (`batches_seen` counted
-    /// across epochs).
-    pub fn validates_after(&self, epoch: u64, batch_idx: usize, batches_seen: u64) -> bool {
+    /// Whether validation runs after batch `batch_idx` of `epoch` (with
+    /// `check_val_every_n_epoch` null, training batches are counted across epochs).
+    pub fn validates_after(&self, epoch: u64, batch_idx: usize) -> bool {
+        let batches_seen = epoch * self.train_batches as u64 + batch_idx as u64 + 1;
         self.val_batches > 0
             && match self.check_val_every_n_epoch {
                 Some(n) => {
@@ -206,7 +207,7 @@ mod tests {
         let s = schedule(o, 10, Some(3));
         let when: Vec<(u64, usize)> = (0..2)
             .flat_map(|e| (0..10).map(move |b| (e, b)))
-            .filter(|&(e, b)| s.validates_after(e, b, 0))
+            .filter(|&(e, b)| s.validates_after(e, b))
             .collect();
         assert_eq!(when, [(1, 4), (1, 9)]);
         let across = TrainerOptions {
@@ -215,7 +216,8 @@ mod tests {
             ..TrainerOptions::default()
         };
         let s = schedule(across, 10, Some(3));
-        assert!(s.validates_after(1, 4, 15) && !s.validates_after(1, 5, 16));
+        // Batch 4 of epoch 1 is the 15th training batch, batch 5 the 16th.
+        assert!(s.validates_after(1, 4) && !s.validates_after(1, 5));
         let too_long = TrainerOptions {
             val_check_interval: Limit::Batches(15),
             ..TrainerOptions::default()

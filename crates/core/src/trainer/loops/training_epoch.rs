@@ -17,7 +17,6 @@ use crate::trainer::data::Loader;
 use crate::trainer::dtype;
 use crate::trainer::log::StepLog;
 use crate::trainer::module::{EvalModule, SchedulerInterval, TrainingModule};
-use crate::trainer::run::FitParts;
 
 impl<B, M> FitLoop<'_, B, M>
 where
@@ -53,13 +52,8 @@ where
         {
             let batch = train.batch::<B, _>(batcher, indices, &self.trainer.device)?;
             self = self.train_batch(batch_idx, batch)?;
-            self.position.batches_seen += 1;
             self.fit_hook(|c, x| c.on_train_batch_end(x))?;
-            let batches_seen = self.position.batches_seen;
-            if let Some(val) = val.filter(|_| {
-                self.schedule
-                    .validates_after(epoch, batch_idx, batches_seen)
-            }) {
+            if let Some(val) = val.filter(|_| self.schedule.validates_after(epoch, batch_idx)) {
                 self.validate(val, batcher, self.schedule.val_batches, true)?;
             }
             let (signal, should_stop) =
@@ -208,13 +202,7 @@ where
             state.global_step
         ));
         if self.trainer.is_global_zero() {
-            let opt = &self.opt;
-            let parts = FitParts::<B, M, _, _>::new(
-                &opt.model,
-                &opt.optimizer,
-                &opt.scheduler,
-                self.trainer.precision(),
-            );
+            let parts = self.opt.fit_parts(self.trainer.precision());
             let run = &*self.run;
             let states = callbacks::states_of(&run.callbacks);
             let io = run.checkpoint_io.as_ref();
