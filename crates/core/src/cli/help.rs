@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::catalog::{Catalog, PluginKind};
 use crate::error::list;
+use crate::options::CALLBACK_NAMES;
 use crate::precision::Precision;
 
 /// The `--help` epilogue: registered accelerators and strategies, and the app's config keys.
@@ -61,13 +62,21 @@ pub(super) fn names_help(catalog: &Catalog, defaults: &Value) -> String {
             "Checkpoint IO plugins (--trainer.plugins):",
             checkpoint_ios.collect(),
         ),
+        (
+            "Callbacks (--trainer.callbacks; settings as {class_path, init_args}):",
+            CALLBACK_NAMES.to_vec(),
+        ),
     ] {
         if rows.is_empty() {
             continue;
         }
         let _ = writeln!(text, "{title}");
+        let width = rows
+            .iter()
+            .map(|(name, _)| name.len() + 1)
+            .fold(14, usize::max);
         for (name, description) in rows {
-            let _ = writeln!(text, "  {name:<14}{description}");
+            let _ = writeln!(text, "  {name:<width$}{description}");
         }
         text.push('\n');
     }
