@@ -98,6 +98,7 @@ fn a25_print_plan_is_one_json_object_with_exactly_the_plan_keys() {
         "devices",
         "num_nodes",
         "precision",
+        "flush_denormal",
         "cluster_environment",
         "world_size",
         "global_rank",
@@ -110,6 +111,7 @@ fn a25_print_plan_is_one_json_object_with_exactly_the_plan_keys() {
     assert_eq!(keys, expected);
     assert_eq!(plan["devices"], serde_json::json!([0, 1, 2]));
     assert_eq!(plan["accelerator"], "cuda");
+    assert_eq!(plan["flush_denormal"], false, "off by default on a GPU");
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {

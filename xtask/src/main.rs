@@ -24,6 +24,7 @@ cargo xtask <task>
                      [--steps N]   steps/s of a wide MLP at each precision the
                      accelerator runs (cuda/wgpu are built in when named)
   bench ddp [ROUNDS]            samples/s of 1 and 2 ddp ranks (wide MLP, cpu, OpenMPI)
+  bench long-run [ROUNDS]       digits for 300 epochs with and without flush_denormal
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
@@ -207,7 +208,7 @@ fn main() -> ExitCode {
             }
         },
         Some("bench") => match rest.first() {
-            Some(&name @ ("cpu-backends" | "overhead" | "precision" | "ddp")) => {
+            Some(&name @ ("cpu-backends" | "overhead" | "precision" | "ddp" | "long-run")) => {
                 let bench = name.replace('-', "_");
                 let mut cargo = vec!["bench", "-p", "digits", "--bench", &bench];
                 // `--accelerator cuda|wgpu` needs that accelerator built in (the bench itself
@@ -223,7 +224,7 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run"
                 );
                 false
             }

@@ -9,7 +9,7 @@ use crate::catalog::AcceleratorSpec;
 use crate::devices::{self, DevicesFlag};
 use crate::precision::Precision;
 
-pub use ember_plan::accelerator::{AcceleratorKind, check_deterministic};
+pub use ember_plan::accelerator::{AcceleratorKind, check_deterministic, flush_denormal};
 
 /// The device type of an accelerator's backend.
 pub type DeviceOf<A> = Device<<A as Accelerator>::Backend>;

@@ -17,6 +17,14 @@ pub trait CheckpointIO: Send + Sync {
     /// Writes `bytes` to `path`, replacing any file there only once the new one is complete.
     fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()>;
 
+    /// Writes the bytes `encode` makes to `path`, as [`save`](Self::save). The Trainer saves
+    /// through this, so an implementation that writes in the background can also encode there
+    /// (checksums, serialisation) and keep that work off the training loop's thread. By
+    /// default it encodes on the calling thread and calls `save`.
+    fn save_encoded(&self, encode: Encode, path: &Path) -> anyhow::Result<()> {
+        self.save(&encode()?, path)
+    }
+
     /// Reads the file at `path`.
     fn load(&self, path: &Path) -> anyhow::Result<Vec<u8>>;
 
@@ -35,12 +43,18 @@ pub trait CheckpointIO: Send + Sync {
     }
 }
 
+/// Makes a checkpoint's bytes (see [`CheckpointIO::save_encoded`]).
+pub type Encode = Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>;
+
 type Write = JoinHandle<anyhow::Result<()>>;
 
-/// Writes through another CheckpointIO on a background thread while training goes on, with at
-/// most one write in flight: `save` waits for the previous write first, `check` reports a
+/// Encodes and writes through another CheckpointIO on a background thread while training goes
+/// on, with at most one write in flight: `save` waits for the previous write first, `check` reports a
 /// failed write on the next step, `wait` (called by the Trainer at the end of every entry
-/// point) joins it. Loads and removes wait for the write in flight, so they see its file.
+/// point) joins it. A remove runs after the write in flight, without making the loop wait (so
+/// ModelCheckpoint's "save the new best, remove the old" overlaps training), and is skipped
+/// when that write failed, so the old file is never removed for a new one that is missing.
+/// Loads wait for the writes in flight, so they see their files.
 pub struct AsyncCheckpointIO<T> {
     inner: Arc<T>,
     in_flight: Mutex<Option<Write>>,
@@ -68,12 +82,18 @@ impl<T: CheckpointIO + 'static> AsyncCheckpointIO<T> {
 
 impl<T: CheckpointIO + 'static> CheckpointIO for AsyncCheckpointIO<T> {
     fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
+        let bytes = bytes.to_vec();
+        self.save_encoded(Box::new(move || Ok(bytes)), path)
+    }
+
+    /// Encodes and writes on the background thread.
+    fn save_encoded(&self, encode: Encode, path: &Path) -> anyhow::Result<()> {
         let mut slot = self.slot();
         if let Some(previous) = slot.take() {
             Self::join(previous)?;
         }
-        let (inner, bytes, path) = (Arc::clone(&self.inner), bytes.to_vec(), path.to_owned());
-        *slot = Some(std::thread::spawn(move || inner.save(&bytes, &path)));
+        let (inner, path) = (Arc::clone(&self.inner), path.to_owned());
+        *slot = Some(std::thread::spawn(move || inner.save(&encode()?, &path)));
         Ok(())
     }
 
@@ -83,8 +103,14 @@ impl<T: CheckpointIO + 'static> CheckpointIO for AsyncCheckpointIO<T> {
     }
 
     fn remove(&self, path: &Path) -> anyhow::Result<()> {
-        self.wait()?;
-        self.inner.remove(path)
+        let mut slot = self.slot();
+        let previous = slot.take();
+        let (inner, path) = (Arc::clone(&self.inner), path.to_owned());
+        *slot = Some(std::thread::spawn(move || {
+            previous.map_or(Ok(()), Self::join)?;
+            inner.remove(&path)
+        }));
+        Ok(())
     }
 
     fn check(&self) -> anyhow::Result<()> {
@@ -199,6 +225,28 @@ mod tests {
             std::thread::yield_now();
         }
         io.check().unwrap();
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn async_removes_wait_for_the_write_before_them_and_are_skipped_when_it_failed() {
+        let dir = std::env::temp_dir().join(format!("ember-async-rm-{}", std::process::id()));
+        let io = AsyncCheckpointIO::new(Flaky);
+        io.save(b"old", &dir.join("old.ckpt")).unwrap();
+        io.save(b"new", &dir.join("new.ckpt")).unwrap();
+        io.remove(&dir.join("old.ckpt")).unwrap();
+        io.wait().unwrap();
+        assert!(!dir.join("old.ckpt").exists());
+        assert_eq!(io.load(&dir.join("new.ckpt")).unwrap(), b"new");
+
+        io.save(b"x", &dir.join("bad.ckpt")).unwrap();
+        io.remove(&dir.join("new.ckpt")).unwrap();
+        let e = io.wait().unwrap_err();
+        assert!(e.to_string().contains("disk full"), "{e}");
+        assert!(
+            dir.join("new.ckpt").exists(),
+            "kept: the save before the remove failed"
+        );
         fs::remove_dir_all(dir).unwrap();
     }
 

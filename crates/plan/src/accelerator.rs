@@ -1,5 +1,5 @@
-//! What the planner knows of an accelerator without its backend: its family, and whether it
-//! can honour `--trainer.deterministic`.
+//! What the planner knows of an accelerator without its backend: its family, whether it can
+//! honour `--trainer.deterministic`, and whether its runs flush subnormal floats.
 
 use crate::error::{FlagError, PlanResult};
 
@@ -32,5 +32,28 @@ pub fn check_deterministic(
             format!("accelerator {accelerator} cannot guarantee bitwise repeatable runs: {reason}"),
         )),
         _ => Ok(()),
+    }
+}
+
+/// Whether this architecture has a flush-to-zero mode ember can set (x86-64's MXCSR,
+/// aarch64's FPCR).
+pub const FLUSH_DENORMAL_SUPPORTED: bool =
+    cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
+/// Whether a run on an accelerator of `kind` flushes subnormal floats on its host threads:
+/// `--trainer.flush_denormal` when set, else on for CPU accelerators. Asking for it where the
+/// architecture has no such mode is refused.
+pub fn flush_denormal(option: Option<bool>, kind: AcceleratorKind) -> PlanResult<bool> {
+    match option {
+        Some(true) if !FLUSH_DENORMAL_SUPPORTED => Err(FlagError::new(
+            "--trainer.flush_denormal",
+            "true",
+            format!(
+                "false or null: {} has no flush-to-zero mode ember can set (x86_64 and aarch64 do)",
+                std::env::consts::ARCH
+            ),
+        )),
+        Some(on) => Ok(on),
+        None => Ok(FLUSH_DENORMAL_SUPPORTED && kind == AcceleratorKind::Cpu),
     }
 }

@@ -42,6 +42,8 @@ pub fn connect(
         flags.options.deterministic,
         accelerator.deterministic,
     )?;
+    let flush_denormal =
+        crate::accelerator::flush_denormal(flags.options.flush_denormal, accelerator.kind)?;
     let environment = match chosen.environment {
         Some(chosen) => chosen,
         None => cluster::detect(&catalog.cluster_environments, env).ok_or_else(|| {
@@ -67,6 +69,7 @@ pub fn connect(
         devices,
         num_nodes,
         precision,
+        flush_denormal,
         plugins: chosen.names,
         cluster_environment: environment.name().to_owned(),
         world_size: ranks.world_size,

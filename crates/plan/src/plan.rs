@@ -18,6 +18,9 @@ pub struct Plan {
     pub num_nodes: usize,
     /// Precision in effect (the named precision a precision plugin builds on).
     pub precision: Precision,
+    /// Whether host threads flush subnormal floats to zero (`--trainer.flush_denormal`, on by
+    /// default for CPU accelerators).
+    pub flush_denormal: bool,
     /// Registered plugins the Trainer builds by name (a precision plugin, a checkpoint IO), as
     /// `--trainer.plugins` or `--trainer.precision` named them; shown only when there are some.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -56,6 +59,8 @@ pub enum Launcher {
 impl Plan {
     /// The plan the connector makes for one process on device 0 of `accelerator` on this
     /// machine (for tests, benchmarks and programs that build a Trainer without the CLI).
+    /// `flush_denormal` is the CPU default; the Trainer's builder resolves it again from the
+    /// options and the accelerator it builds for.
     pub fn local(accelerator: &str, precision: Precision) -> Self {
         Self {
             accelerator: accelerator.to_owned(),
@@ -63,6 +68,7 @@ impl Plan {
             devices: vec![0],
             num_nodes: 1,
             precision,
+            flush_denormal: crate::accelerator::FLUSH_DENORMAL_SUPPORTED,
             plugins: Vec::new(),
             cluster_environment: crate::cluster::LOCAL.to_owned(),
             world_size: 1,

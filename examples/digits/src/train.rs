@@ -94,7 +94,8 @@ pub fn accuracy<B: Backend>(model: &Mlp<B>, data: &Digits, device: &B::Device) -
 /// Trains a fresh model for `epochs` epochs with Adam and returns it with a report.
 ///
 /// `data_config.seed` seeds the weights and the shuffles (ember's [`epoch_permutation`], so a
-/// Trainer with the same seed sees the same batches). `on_epoch(epoch, val_accuracy)` is
+/// Trainer with the same seed sees the same batches). Subnormal floats are flushed to zero on
+/// this thread and rayon's pool, as a Trainer on a CPU does by default. `on_epoch(epoch, val_accuracy)` is
 /// called after each epoch.
 pub fn fit_by_hand<B: AutodiffBackend>(
     device: &B::Device,
@@ -130,6 +131,8 @@ fn by_hand<B: AutodiffBackend>(
     mut on_epoch: Option<impl FnMut(usize, f64)>,
 ) -> anyhow::Result<(Mlp<B>, FitReport)> {
     let (train, val) = data_config.load()?;
+    // The Trainer's CPU default (`--trainer.flush_denormal`), so both compute alike.
+    ember::host_float::set_flush_denormal_everywhere(true);
     B::seed(device, data_config.seed);
     let mut model = model_config.init::<B>(device);
     let mut optimizer = AdamConfig::new().init::<B, Mlp<B>>();
@@ -169,6 +172,7 @@ pub fn train_shards_by_hand<B: AutodiffBackend>(
     world: usize,
 ) -> anyhow::Result<Mlp<B>> {
     let (train, _) = data_config.load()?;
+    ember::host_float::set_flush_denormal_everywhere(true);
     B::seed(device, data_config.seed);
     let mut model = model_config.init::<B>(device);
     let mut optimizer = AdamConfig::new().init::<B, Mlp<B>>();

@@ -120,7 +120,7 @@ impl TrainerBuilder {
     /// The Trainer, on the device of accelerator `A` this process drives.
     pub fn build<A: Accelerator>(self) -> anyhow::Result<Trainer<A::Backend>> {
         let Self {
-            plan,
+            mut plan,
             options,
             strategy,
             precision,
@@ -136,6 +136,8 @@ impl TrainerBuilder {
             options.deterministic,
             A::deterministic,
         )?;
+        plan.flush_denormal =
+            crate::accelerator::flush_denormal(options.flush_denormal, A::kind())?;
         let device = A::parallel_devices(&[plan.local_device()])
             .into_iter()
             .next()

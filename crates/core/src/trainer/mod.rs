@@ -23,7 +23,6 @@ mod weights;
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -33,7 +32,7 @@ use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
 use crate::accelerator::{Accelerator, DeviceStats};
-use crate::callbacks::{self, Callback, ModelCheckpoint, ProgressBar, TrainerState};
+use crate::callbacks::{self, Callback, ModelCheckpoint, ProgressBar};
 use crate::checkpoint_io::CheckpointIO;
 use crate::collective::Collective;
 use crate::loggers::{Logger, Loggers};
@@ -50,7 +49,6 @@ use loops::fit::FitLoop;
 use loops::prediction::PredictionLoop;
 use loops::schedule::{self, FitSchedule};
 use module::{EvalModule, PredictModule, TrainingModule};
-use run::Run;
 use scaler::GradScaler;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -169,9 +167,13 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// A Trainer on `device` with no accelerator behind it (no device stats, one process,
-    /// 32-true, `single_device`).
+    /// 32-true, `single_device`, host floats flushed unless `flush_denormal=false`).
     pub fn on_device(device: B::Device, options: TrainerOptions) -> anyhow::Result<Self> {
-        let plan = Plan::local("", crate::precision::Precision::F32True);
+        let mut plan = Plan::local("", crate::precision::Precision::F32True);
+        plan.flush_denormal = crate::accelerator::flush_denormal(
+            options.flush_denormal,
+            crate::accelerator::AcceleratorKind::Cpu,
+        )?;
         let parts = builder::parts(&plan, &options, None, None, None)?;
         Self::with_strategy(
             device,
@@ -188,6 +190,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         strategy: Box<dyn Strategy>,
     ) -> anyhow::Result<Self> {
         options.check()?;
+        // Before the backend is seeded and the model initialised, as a hand-written loop
+        // that sets the mode first does.
+        crate::host_float::set_flush_denormal_everywhere(strategy.parts().plan.flush_denormal);
         let seed = options
             .seed
             .unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
@@ -424,76 +429,5 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         let bytes = self.checkpoint_io().load(&path)?;
         Checkpoint::decode(&bytes, &path)?.load_model::<Inner<B>, M>(model, &path)
-    }
-
-    /// Creates the loggers on first use and the state of one entry point; runs `setup`.
-    fn start(&mut self, stage: Stage) -> anyhow::Result<Run> {
-        if self.loggers.is_none() {
-            let mut loggers = if self.is_global_zero() && self.options.fast_dev_run == 0 {
-                Loggers::create(&self.options.default_root_dir, &self.options.logger)?
-            } else {
-                Loggers::none()
-            };
-            if self.is_global_zero() {
-                for logger in self.extra_loggers.drain(..) {
-                    loggers.push(logger);
-                }
-                if !self.hparams.is_null() {
-                    loggers.log_hyperparams(&self.hparams)?;
-                }
-            }
-            self.loggers = Some(loggers);
-        }
-        let o = &self.options;
-        let state = TrainerState {
-            stage: Some(stage),
-            max_epochs: if o.fast_dev_run > 0 {
-                1
-            } else {
-                o.epoch_limit()
-            },
-            min_epochs: o.min_epochs,
-            default_root_dir: o.default_root_dir.clone(),
-            log_dir: self.log_dir().map(Path::to_owned),
-            is_global_zero: self.is_global_zero(),
-            log_every_n_steps: o.log_every_n_steps,
-            fast_dev_run: o.fast_dev_run > 0,
-            ..TrainerState::default()
-        };
-        let mut run = Run {
-            state,
-            loggers: self.loggers.take().unwrap_or_default(),
-            callbacks: std::mem::take(&mut self.callbacks),
-            device_stats: {
-                let device = self.device.clone();
-                let stats = self.device_stats;
-                Box::new(move || stats(&device))
-            },
-            checkpoint_io: Arc::clone(self.checkpoint_io()),
-            seed: self.seed,
-            hparams: Rc::new(self.hparams.clone()),
-        };
-        run.hook(None, |c, x| c.setup(x))?;
-        Ok(run)
-    }
-
-    /// Runs `on_exception` on failure, then `teardown`, and gives the run's parts back.
-    fn finish<T>(&mut self, mut run: Run, result: anyhow::Result<T>) -> anyhow::Result<T> {
-        if let Err(e) = &result {
-            let _ = run.hook(None, |c, x| {
-                c.on_exception(x, e);
-                Ok(())
-            });
-        }
-        let teardown = run.hook(None, |c, x| c.teardown(x));
-        let written = run.checkpoint_io.wait();
-        let saved = run.loggers.save();
-        self.callbacks = run.callbacks;
-        self.loggers = Some(run.loggers);
-        let value = result?;
-        teardown?;
-        written?;
-        saved?;
-        Ok(value)
     }
 }

@@ -18,6 +18,8 @@ use crate::callbacks::{self, Callback, CallbackContext, Saver, TrainerState};
 use crate::checkpoint_io::CheckpointIO;
 use crate::loggers::Loggers;
 use crate::plugins::precision::PrecisionPlugin;
+use crate::stage::Stage;
+use crate::trainer::Trainer;
 use crate::trainer::checkpoint::{Checkpoint, Progress, record_bytes, weights_of};
 
 /// What a `fit` checkpoint holds besides the loop's state: the model, the optimizer, the
@@ -86,13 +88,14 @@ where
         if !hparams.is_null() {
             sections.push(("hparams".to_owned(), serde_json::to_vec(hparams)?));
         }
-        let bytes = Checkpoint::encode(
-            progress,
+        // Copies of the weights and serialised records are taken here; checksumming and
+        // assembling the file may happen on the checkpoint IO's thread.
+        let (metrics, weights) = (
             state.callback_metrics.clone(),
             weights_of::<B, M>(self.model)?,
-            sections,
-        )?;
-        io.save(&bytes, path)
+        );
+        let encode = move || Checkpoint::encode(progress, metrics, weights, sections);
+        io.save_encoded(Box::new(encode), path)
     }
 }
 
@@ -186,5 +189,86 @@ impl Run {
         let mut logged = metrics.clone();
         logged.insert("epoch".into(), self.state.epoch as f64);
         self.loggers.log_metrics(&logged, self.state.log_step())
+    }
+}
+
+impl<B: AutodiffBackend> Trainer<B> {
+    /// Creates the loggers on first use and the state of one entry point; sets the host's
+    /// subnormal mode on this thread and the CPU pool (see [`host_float`](crate::host_float));
+    /// runs `setup`.
+    pub(super) fn start(&mut self, stage: Stage) -> anyhow::Result<Run> {
+        let flush = self.strategy.parts().plan.flush_denormal;
+        crate::host_float::set_flush_denormal_everywhere(flush);
+        if self.loggers.is_none() {
+            let mut loggers = if self.is_global_zero() && self.options.fast_dev_run == 0 {
+                Loggers::create(&self.options.default_root_dir, &self.options.logger)?
+            } else {
+                Loggers::none()
+            };
+            if self.is_global_zero() {
+                for logger in self.extra_loggers.drain(..) {
+                    loggers.push(logger);
+                }
+                if !self.hparams.is_null() {
+                    loggers.log_hyperparams(&self.hparams)?;
+                }
+            }
+            self.loggers = Some(loggers);
+        }
+        let o = &self.options;
+        let state = TrainerState {
+            stage: Some(stage),
+            max_epochs: if o.fast_dev_run > 0 {
+                1
+            } else {
+                o.epoch_limit()
+            },
+            min_epochs: o.min_epochs,
+            default_root_dir: o.default_root_dir.clone(),
+            log_dir: self.log_dir().map(Path::to_owned),
+            is_global_zero: self.is_global_zero(),
+            log_every_n_steps: o.log_every_n_steps,
+            fast_dev_run: o.fast_dev_run > 0,
+            ..TrainerState::default()
+        };
+        let mut run = Run {
+            state,
+            loggers: self.loggers.take().unwrap_or_default(),
+            callbacks: std::mem::take(&mut self.callbacks),
+            device_stats: {
+                let device = self.device.clone();
+                let stats = self.device_stats;
+                Box::new(move || stats(&device))
+            },
+            checkpoint_io: Arc::clone(self.checkpoint_io()),
+            seed: self.seed,
+            hparams: Rc::new(self.hparams.clone()),
+        };
+        run.hook(None, |c, x| c.setup(x))?;
+        Ok(run)
+    }
+
+    /// Runs `on_exception` on failure, then `teardown`, and gives the run's parts back.
+    pub(super) fn finish<T>(
+        &mut self,
+        mut run: Run,
+        result: anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        if let Err(e) = &result {
+            let _ = run.hook(None, |c, x| {
+                c.on_exception(x, e);
+                Ok(())
+            });
+        }
+        let teardown = run.hook(None, |c, x| c.teardown(x));
+        let written = run.checkpoint_io.wait();
+        let saved = run.loggers.save();
+        self.callbacks = run.callbacks;
+        self.loggers = Some(run.loggers);
+        let value = result?;
+        teardown?;
+        written?;
+        saved?;
+        Ok(value)
     }
 }

@@ -6,6 +6,7 @@
 //! struct, `Default`, parsing, serialisation, `--help` and the docs table all come from that
 //! table; a rejection names the flag, the value and what the kind allows.
 
+mod callbacks;
 mod values;
 
 use std::path::PathBuf;
@@ -14,11 +15,11 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::{FlagError, PlanResult, render};
+pub use callbacks::{CALLBACK_NAMES, CallbackSpec, Callbacks, unknown_callback};
 pub use values::{
-    CALLBACK_NAMES, CallbackSpec, Callbacks, CheckpointWrites, ClipAlgorithm, Count, CountOrNull,
-    Directory, EpochLimit, FileOrNull, Flag, FlagOrCount, Interval, Kind, Limit, LoggerKind,
-    Loggers, Megabytes, Positive, PositiveOrNull, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
-    unknown_callback,
+    CheckpointWrites, ClipAlgorithm, Count, CountOrNull, Directory, EpochLimit, FileOrNull, Flag,
+    FlagOrCount, FlagOrNull, Interval, Kind, Limit, LoggerKind, Loggers, Megabytes, Positive,
+    PositiveOrNull, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
 };
 
 /// One loop option as `--help` and the docs show it.
@@ -144,6 +145,13 @@ trainer_options! {
     /// large tensors in work-stealing order otherwise); cuda and wgpu refuse.
     deterministic: bool = false, Flag,
         "require bitwise reproducible kernels, or fail if the backend has none";
+    /// Flush subnormal floats to zero (FTZ/DAZ) on the threads that compute on the host: the
+    /// loop's thread and the CPU backend's worker pool. Much faster once gradients and
+    /// optimizer moments underflow; values below 1.2e-38 (f32) become 0. `null`: on for CPU
+    /// accelerators, off elsewhere. The plan records the choice.
+    flush_denormal: Option<bool> = None, FlagOrNull,
+        "flush subnormal floats to zero on host threads (as torch.set_flush_denormal)",
+        shown "true on cpu, else false";
     /// Batches per optimizer step; each loss is divided by it, so k batches of a mean loss
     /// equal one batch k times larger.
     accumulate_grad_batches: u64 = 1, Positive,
@@ -179,9 +187,11 @@ trainer_options! {
     /// or `best` (the best one the newest checkpoint's ModelCheckpoint recorded).
     ckpt_path: Option<PathBuf> = None, FileOrNull,
         "a checkpoint fit resumes from, or whose weights validate/test/predict use: a path, last or best";
-    /// `sync`, or `async` (checkpoints written on a background thread).
-    checkpoint_io: CheckpointWrites = CheckpointWrites::Sync, CheckpointWrites,
-        "sync, or async (write checkpoints on a background thread)";
+    /// `async`: checkpoints are encoded and written on a background thread while training
+    /// goes on (a failed write fails the run at the next step; every entry point waits for
+    /// the last write); `sync`: on the loop's thread, as Lightning's default does.
+    checkpoint_io: CheckpointWrites = CheckpointWrites::Async, CheckpointWrites,
+        "async (encode and write checkpoints on a background thread), or sync";
     /// ddp: megabytes of gradients per all-reduce (docs/distributed.md).
     ddp_bucket_cap_mb: f64 = 25.0, Megabytes,
         "ddp: megabytes of gradients per all-reduce";

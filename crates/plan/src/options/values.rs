@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use crate::error::{list, render};
+use crate::error::render;
 
 /// How an option's config value is read and written back.
 pub trait Kind {
@@ -209,133 +209,6 @@ impl Kind for Loggers {
     }
 }
 
-/// A callback as a config file names it: `class_path` and its `init_args`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallbackSpec {
-    /// The callback's name, e.g. `EarlyStopping` (case and `_` do not matter).
-    pub class_path: String,
-    /// Its settings, a table.
-    pub init_args: Value,
-}
-
-/// The callbacks config can name, with what each does (ember-core builds them).
-pub const CALLBACK_NAMES: [(&str, &str); 5] = [
-    (
-        "ModelCheckpoint",
-        "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename)",
-    ),
-    (
-        "EarlyStopping",
-        "stop when a metric stops improving (monitor, mode, patience, min_delta, check_finite)",
-    ),
-    (
-        "LearningRateMonitor",
-        "log the learning rate (logging_interval: step or epoch)",
-    ),
-    (
-        "DeviceStatsMonitor",
-        "log the accelerator's device stats every log_every_n_steps",
-    ),
-    (
-        "ProgressBar",
-        "the progress bar (added by default; refresh_rate)",
-    ),
-];
-
-/// What is allowed when a callback name is not known.
-pub fn unknown_callback() -> String {
-    format!(
-        "unknown callback; known: {} (others are added from Rust)",
-        list(CALLBACK_NAMES.map(|(n, _)| n))
-    )
-}
-
-impl CallbackSpec {
-    /// The callback of [`CALLBACK_NAMES`] this names, if any. Names match case-, `_`- and
-    /// `-`-insensitively, and a Lightning class path
-    /// (`lightning.pytorch.callbacks.EarlyStopping`) uses its last part.
-    pub fn known_name(&self) -> Option<&'static str> {
-        let last = self
-            .class_path
-            .rsplit(['.', ':'])
-            .next()
-            .unwrap_or_default();
-        let key: String = last
-            .chars()
-            .filter(|c| *c != '_' && *c != '-')
-            .flat_map(char::to_lowercase)
-            .collect();
-        let key = match key.as_str() {
-            "lrmonitor" => "learningratemonitor",
-            "tqdmprogressbar" => "progressbar",
-            other => other,
-        };
-        CALLBACK_NAMES
-            .iter()
-            .map(|(name, _)| *name)
-            .find(|name| name.to_ascii_lowercase() == key)
-    }
-}
-
-/// The `callbacks` option: names of [`CALLBACK_NAMES`], or `{class_path, init_args}` tables.
-/// Their settings are checked by ember-core when it builds them, still at plan time.
-pub struct Callbacks;
-
-impl Kind for Callbacks {
-    type Value = Vec<CallbackSpec>;
-
-    fn parse(value: &Value) -> Result<Vec<CallbackSpec>, String> {
-        let allowed = "a list whose entries are callback names or {class_path, init_args} tables";
-        let items = match value {
-            Value::Null => return Ok(Vec::new()),
-            Value::Array(items) => items.as_slice(),
-            Value::String(_) | Value::Object(_) => std::slice::from_ref(value),
-            _ => return Err(allowed.into()),
-        };
-        let specs = items
-            .iter()
-            .map(|item| match item {
-                Value::String(name) if !name.trim().is_empty() => Ok(CallbackSpec {
-                    class_path: name.trim().to_owned(),
-                    init_args: json!({}),
-                }),
-                Value::Object(table) => {
-                    let class_path = table
-                        .get("class_path")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| allowed.to_owned())?;
-                    if let Some(extra) = table
-                        .keys()
-                        .find(|k| *k != "class_path" && *k != "init_args")
-                    {
-                        return Err(format!(
-                            "unknown key `{extra}` in a callback entry; allowed: class_path, init_args"
-                        ));
-                    }
-                    Ok(CallbackSpec {
-                        class_path: class_path.to_owned(),
-                        init_args: table.get("init_args").cloned().unwrap_or_else(|| json!({})),
-                    })
-                }
-                _ => Err(allowed.into()),
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        match specs.iter().find(|s| s.known_name().is_none()) {
-            Some(unknown) => Err(format!("`{}`: {}", unknown.class_path, unknown_callback())),
-            None => Ok(specs),
-        }
-    }
-
-    fn write(value: &Vec<CallbackSpec>) -> Value {
-        json!(
-            value
-                .iter()
-                .map(|c| json!({"class_path": c.class_path, "init_args": c.init_args}))
-                .collect::<Vec<_>>()
-        )
-    }
-}
-
 /// Declares a [`Kind`] for a scalar option from its field type, a reader returning `None`
 /// for a value that is not allowed, what is allowed, and a writer.
 macro_rules! scalar_kind {
@@ -413,6 +286,12 @@ scalar_kind!(
 scalar_kind!(
     /// `true` or `false`.
     Flag: bool, "true or false", |v| boolean(v), |w| json!(w)
+);
+scalar_kind!(
+    /// `true`, `false`, or null for the accelerator's default.
+    FlagOrNull: Option<bool>, "true, false, or null (the accelerator's default)",
+    |v| match v { Value::Null => Some(None), v => boolean(v).map(Some) },
+    |w| json!(w)
 );
 scalar_kind!(
     /// A number > 0, or null for none.
