@@ -22,6 +22,8 @@ use ember::{DataModule, Plan, Precision, Stage, Trainer, TrainerOptions};
 const EPOCHS: usize = 300;
 /// Epochs averaged at each end of the run.
 const WINDOW: usize = 30;
+/// Epochs of the untimed fit before the rounds.
+const WARM_UP_EPOCHS: usize = 5;
 
 /// Records each training epoch's wall time (its validation included), and the first epoch in
 /// which the loop's thread met a subnormal float (an underflow or a subnormal input).
@@ -72,11 +74,12 @@ impl Fit {
     }
 }
 
-fn fit(flush_denormal: Option<bool>) -> anyhow::Result<Fit> {
+/// A fit of `max_epochs` epochs, timed.
+fn fit(flush_denormal: Option<bool>, max_epochs: usize) -> anyhow::Result<Fit> {
     let (model, data) = (ModelConfig::default(), DataConfig::default());
     let options = TrainerOptions {
         seed: Some(data.seed),
-        max_epochs: Some(EPOCHS as u64),
+        max_epochs: Some(max_epochs as u64),
         flush_denormal,
         enable_progress_bar: false,
         enable_checkpointing: false,
@@ -99,7 +102,7 @@ fn fit(flush_denormal: Option<bool>) -> anyhow::Result<Fit> {
         first_subnormal,
         ..
     } = std::mem::take(&mut *clock.borrow_mut());
-    anyhow::ensure!(epochs.len() == EPOCHS, "{} epochs timed", epochs.len());
+    anyhow::ensure!(epochs.len() == max_epochs, "{} epochs timed", epochs.len());
     Ok(Fit {
         seconds,
         epochs,
@@ -124,11 +127,14 @@ fn main() -> anyhow::Result<()> {
     ];
     let mut seconds = [Vec::new(), Vec::new()];
     let mut ratios = [Vec::new(), Vec::new()];
+    // Untimed: the first fit of a process pays for page faults and the allocator's growth,
+    // which would land in the first run's early epochs.
+    fit(None, WARM_UP_EPOCHS)?;
     for round in 0..rounds {
         // Alternate which side goes first.
         for i in [round % 2, 1 - round % 2] {
             let (name, option) = sides[i];
-            let run = fit(option)?;
+            let run = fit(option, EPOCHS)?;
             println!(
                 "round {round}: {name:<22} {:6.2} s ({:.0} epochs/s), late/early {:.2}, val_acc {:.4}, first subnormal in epoch {}",
                 run.seconds,
