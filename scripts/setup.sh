@@ -6,8 +6,11 @@ set -euo pipefail
 # Debian packages: mesa's lavapipe (a software Vulkan driver) so the wgpu accelerator runs
 # its tests on machines without a GPU; OpenMPI (the ddp engine: mpirun and the library the
 # `mpi` crate binds) and libclang (bindgen generates those bindings at build time); SLURM's
-# daemons, for the test that trains under a private one-node cluster (scripts/test-slurm.sh).
-packages=(libvulkan1 mesa-vulkan-drivers libopenmpi-dev openmpi-bin libclang-dev slurmctld slurmd)
+# daemons, for the test that trains under a private one-node cluster (scripts/test-slurm.sh);
+# qemu's user-mode emulator, to train on an emulated CPU without AVX-512
+# (examples/digits/tests/cpu_dispatch.rs).
+packages=(libvulkan1 mesa-vulkan-drivers libopenmpi-dev openmpi-bin libclang-dev slurmctld slurmd
+    qemu-user)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,7 +9,8 @@
 //! `EMBER_BENCH_PRECISION` set), which first trains a few warm-up steps (kernel compilation,
 //! autotuning) and then times `--steps` steps, synchronising the device before the clock
 //! stops; under a mixed precision it then times the Trainer's per-step cast of the weights
-//! alone. Rounds alternate over the precisions. The last line is
+//! alone. Rounds alternate over the precisions. On cpu a line gives 32-true's GFLOP/s as a
+//! share of the CPU's f32 peak (benches/common/cpu_peak.rs). The last line is
 //! `bf16-mixed/32-true speed: X.XXx` (medians; 16-mixed where the accelerator has no bf16).
 
 use std::process::Command;
@@ -29,6 +30,9 @@ use ember::trainer::dtype;
 use ember::{
     Accelerator, AcceleratorKind, DataModule, Plan, Precision, Stage, Trainer, TrainerOptions,
 };
+
+#[path = "common/cpu_peak.rs"]
+mod cpu_peak;
 
 const CHILD: &str = "EMBER_BENCH_PRECISION";
 const WARMUP_STEPS: u64 = 3;
@@ -235,6 +239,9 @@ fn parent<A: Accelerator>(args: &Args, work: &Workload) -> anyhow::Result<()> {
         }
     }
     let f32 = of(Precision::F32True).context("every accelerator runs 32-true")?;
+    if A::kind() == AcceleratorKind::Cpu {
+        print_share_of_peak(work, f32);
+    }
     match [Precision::Bf16Mixed, Precision::F16Mixed]
         .into_iter()
         .find_map(|p| of(p).map(|m| (p, m)))
@@ -243,6 +250,25 @@ fn parent<A: Accelerator>(args: &Args, work: &Workload) -> anyhow::Result<()> {
         None => println!("{}: no mixed precision to compare", A::name()),
     }
     Ok(())
+}
+
+/// 32-true's GFLOP/s against this CPU's f32 peak, so a change to the CPU path is measured
+/// against the limit.
+fn print_share_of_peak(work: &Workload, steps_per_second: f64) {
+    let widths: Vec<usize> = std::iter::once(64)
+        .chain(work.hidden.iter().copied())
+        .chain(std::iter::once(10))
+        .collect();
+    let gflops = cpu_peak::mlp_step_flops(&widths, work.batch) * steps_per_second / 1e9;
+    match cpu_peak::CpuPeak::of_this_machine() {
+        Some(peak) => println!(
+            "32-true: {gflops:.1} GFLOP/s in the matrix products, {:.1}% of this CPU's f32 peak of {:.1} GFLOP/s ({})",
+            gflops / peak.gflops() * 100.0,
+            peak.gflops(),
+            peak.describe()
+        ),
+        None => println!("32-true: {gflops:.1} GFLOP/s (no /proc/cpuinfo to give the peak)"),
+    }
 }
 
 fn run<A: Accelerator>(args: &Args) -> anyhow::Result<()> {
