@@ -18,6 +18,7 @@ pub mod module;
 mod run;
 pub mod scaler;
 pub mod signals;
+pub mod summary;
 mod weights;
 
 use std::collections::BTreeMap;
@@ -322,6 +323,9 @@ impl<B: AutodiffBackend> Trainer<B> {
             val.as_ref().map(Loader::num_batches),
         )?;
         let mut run = self.start(Stage::Fit)?;
+        if self.options.enable_model_summary && self.is_global_zero() {
+            eprintln!("{}", summary::summarize(&model));
+        }
         let result = FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())
             .and_then(|fit| fit.run(data.batcher(), (&train, val.as_ref())));
         self.finish(run, result)

@@ -170,6 +170,11 @@ trainer_options! {
     /// A bar per epoch on a terminal; a line per epoch otherwise.
     enable_progress_bar: bool = true, Flag,
         "show a progress bar on a terminal";
+    /// Print the model summary when `fit` starts (rank 0, to stderr): each top-level
+    /// module's name, type and parameter count, trainable and frozen totals, and the
+    /// parameters' size in the dtypes they are stored in.
+    enable_model_summary: bool = true, Flag,
+        "print the model's modules and parameter counts when fit starts";
     /// Add a default ModelCheckpoint when `callbacks` has none.
     enable_checkpointing: bool = true, Flag,
         "add a ModelCheckpoint when callbacks has none";

@@ -1,0 +1,179 @@
+//! The model summary printed when `fit` starts (`--trainer.enable_model_summary`), as
+//! Lightning's `ModelSummary` callback prints one: each top-level module's name, type and
+//! parameter count, then trainable, frozen and total counts and the parameters' size.
+
+use std::fmt;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+
+/// One top-level module of a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryRow {
+    /// Its field name on the model.
+    pub name: String,
+    /// Its type (`Linear`, `Vec` ...); empty for a module that holds nothing.
+    pub kind: String,
+    /// Parameter elements inside it.
+    pub params: usize,
+}
+
+/// What [`summarize`] found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ModelSummary {
+    /// Top-level modules, in the model's order.
+    pub rows: Vec<SummaryRow>,
+    /// Elements of float parameters that require gradients.
+    pub trainable: usize,
+    /// Elements of the other parameters (frozen floats, ints, bools).
+    pub frozen: usize,
+    /// Bytes of all parameters in the dtypes they are stored in.
+    pub bytes: usize,
+}
+
+/// Counts `model`'s parameters per top-level module.
+pub fn summarize<B: Backend, M: Module<B>>(model: &M) -> ModelSummary {
+    let mut counter = Counter {
+        depth: 0,
+        summary: ModelSummary::default(),
+    };
+    model.visit(&mut counter);
+    counter.summary
+}
+
+struct Counter {
+    depth: usize,
+    summary: ModelSummary,
+}
+
+impl Counter {
+    fn count(&mut self, elements: usize, bytes: usize, trainable: bool) {
+        if trainable {
+            self.summary.trainable += elements;
+        } else {
+            self.summary.frozen += elements;
+        }
+        self.summary.bytes += bytes;
+        if self.depth > 0
+            && let Some(row) = self.summary.rows.last_mut()
+        {
+            row.params += elements;
+        }
+    }
+}
+
+impl<B: Backend> ModuleVisitor<B> for Counter {
+    /// burn passes the type of the module that holds `name` (`Struct:Linear` when entering
+    /// Linear's `weight`), so a top-level module's type comes with the first entry inside it.
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        match self.depth {
+            0 => self.summary.rows.push(SummaryRow {
+                name: name.to_owned(),
+                kind: String::new(),
+                params: 0,
+            }),
+            1 => {
+                if let Some(row) = self.summary.rows.last_mut().filter(|r| r.kind.is_empty()) {
+                    let kind = container_type.rsplit(':').next().unwrap_or(container_type);
+                    row.kind = kind.to_owned();
+                }
+            }
+            _ => {}
+        }
+        self.depth += 1;
+    }
+
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.depth -= 1;
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let tensor = param.val();
+        let elements = tensor.shape().num_elements();
+        let bytes = elements * tensor.dtype().size();
+        self.count(elements, bytes, tensor.is_require_grad());
+    }
+
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
+        let tensor = param.val();
+        let elements = tensor.shape().num_elements();
+        self.count(elements, elements * tensor.dtype().size(), false);
+    }
+
+    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
+        let elements = param.val().shape().num_elements();
+        self.count(elements, elements, false);
+    }
+}
+
+/// A count as Lightning shows it: `850`, `85.0 K`, `1.2 M`.
+fn readable(count: usize) -> String {
+    const UNITS: [&str; 4] = ["K", "M", "B", "T"];
+    if count < 1000 {
+        return count.to_string();
+    }
+    let mut value = count as f64 / 1000.0;
+    let mut unit = 0;
+    while value >= 999.95 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+impl fmt::Display for ModelSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let widest = |head: &str, cells: &mut dyn Iterator<Item = usize>| {
+            cells.max().unwrap_or(0).max(head.len())
+        };
+        let name_w = widest("Name", &mut self.rows.iter().map(|r| r.name.len()));
+        let kind_w = widest("Type", &mut self.rows.iter().map(|r| r.kind.len()));
+        let index_w = self.rows.len().saturating_sub(1).to_string().len();
+        let header = format!(
+            "{:index_w$} | {:name_w$} | {:kind_w$} | Params",
+            "", "Name", "Type"
+        );
+        let rule = "-".repeat(header.len() + 2);
+        writeln!(f, "{header}")?;
+        writeln!(f, "{rule}")?;
+        for (i, row) in self.rows.iter().enumerate() {
+            writeln!(
+                f,
+                "{i:index_w$} | {:name_w$} | {:kind_w$} | {}",
+                row.name,
+                row.kind,
+                readable(row.params)
+            )?;
+        }
+        writeln!(f, "{rule}")?;
+        writeln!(f, "{:<10}Trainable params", readable(self.trainable))?;
+        writeln!(f, "{:<10}Non-trainable params", readable(self.frozen))?;
+        writeln!(
+            f,
+            "{:<10}Total params",
+            readable(self.trainable + self.frozen)
+        )?;
+        write!(
+            f,
+            "{:<10.3}Total estimated model params size (MB)",
+            self.bytes as f64 / 1e6
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable;
+
+    #[test]
+    fn counts_read_like_lightnings() {
+        assert_eq!(readable(0), "0");
+        assert_eq!(readable(999), "999");
+        assert_eq!(readable(1000), "1.0 K");
+        assert_eq!(readable(85_002), "85.0 K");
+        assert_eq!(readable(999_999), "1.0 M");
+        assert_eq!(readable(1_234_567), "1.2 M");
+        assert_eq!(readable(7_000_000_000), "7.0 B");
+    }
+}
