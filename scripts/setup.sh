@@ -8,9 +8,9 @@ set -euo pipefail
 # `mpi` crate binds) and libclang (bindgen generates those bindings at build time); SLURM's
 # daemons, for the test that trains under a private one-node cluster (scripts/test-slurm.sh);
 # qemu's user-mode emulator, to train on an emulated CPU without AVX-512
-# (examples/digits/tests/cpu_dispatch.rs).
+# (examples/digits/tests/cpu_dispatch.rs); a sans-serif font for curves.png's labels.
 packages=(libvulkan1 mesa-vulkan-drivers libopenmpi-dev openmpi-bin libclang-dev slurmctld slurmd
-    qemu-user)
+    qemu-user fonts-dejavu-core)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 //! Only global rank 0 writes; the other ranks get an empty [`Loggers`].
 
 mod csv_logger;
+pub mod curves;
 mod tensorboard;
 mod tracing_logger;
 
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde_json::Value;
 
-pub use csv_logger::CsvLogger;
+pub use csv_logger::{CsvLogger, METRICS_FILE};
 pub use tensorboard::{TensorBoardLogger, masked_crc};
 pub use tracing_logger::TracingLogger;
 

@@ -37,7 +37,7 @@ use crate::callbacks::{self, Callback, ModelCheckpoint, ProgressBar};
 use crate::checkpoint_io::CheckpointIO;
 use crate::collective::Collective;
 use crate::loggers::{Logger, Loggers};
-use crate::options::TrainerOptions;
+use crate::options::{LoggerKind, TrainerOptions};
 use crate::plan::Plan;
 use crate::plugins::precision::{MixedPrecision, PrecisionPlugin};
 use crate::plugins::strategy::Strategy;
@@ -328,7 +328,22 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         let result = FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())
             .and_then(|fit| fit.run(data.batcher(), (&train, val.as_ref())));
-        self.finish(run, result)
+        let out = self.finish(run, result)?;
+        self.write_curves();
+        Ok(out)
+    }
+
+    /// Draws `curves.png` beside metrics.csv (rank 0, csv logger). A failure is a warning:
+    /// the run's results stand without the picture.
+    fn write_curves(&self) {
+        if !self.is_global_zero() || !self.options.logger.contains(&LoggerKind::Csv) {
+            return;
+        }
+        if let Some(dir) = self.log_dir()
+            && let Err(e) = crate::loggers::curves::write(dir)
+        {
+            eprintln!("warning: no {}: {e:#}", crate::loggers::curves::CURVES_FILE);
+        }
     }
 
     /// One validation pass over `data`'s val loader; returns the epoch metrics.
