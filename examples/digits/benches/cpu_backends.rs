@@ -3,24 +3,19 @@
 //! `cargo xtask bench cpu-backends [ROUNDS]`. Prints steps/s per run and per backend; the last
 //! line is `flex/ndarray speed: X.XXx` (Flex steps/s over NdArray's, medians).
 
+#[path = "common/rounds.rs"]
+mod rounds;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use burn_ndarray::{NdArray, NdArrayDevice};
 use digits::model::ModelConfig;
 use digits::train::{DataConfig, fit_by_hand};
+use rounds::{median, rounds};
 
 const EPOCHS: usize = 10;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() -> anyhow::Result<()> {
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(5);
+    let rounds = rounds(5);
     let (model, data) = (ModelConfig::default(), DataConfig::default());
     let (mut flex, mut ndarray) = (Vec::new(), Vec::new());
     for round in 0..rounds {

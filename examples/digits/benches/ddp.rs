@@ -11,17 +11,15 @@
 //! only (rank 0's fit time, without process start-up). The last line is
 //! `ddp scaling: X.XXx` (median 2-rank samples/s over median 1-rank samples/s).
 
+#[path = "common/rounds.rs"]
+mod rounds;
+use rounds::{median, rounds};
 use std::process::Command;
 
 const BATCH: usize = 512;
 // The digits training split (1437 images) gives each of 2 ranks one full batch of 512.
 const STEPS_PER_EPOCH: usize = 1;
 const EPOCHS: usize = 16;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// Trains with `ranks` processes of `threads` compute threads each; returns samples/s.
 fn measure(ranks: usize, threads: usize) -> anyhow::Result<f64> {
@@ -63,10 +61,7 @@ fn measure(ranks: usize, threads: usize) -> anyhow::Result<f64> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(5);
+    let rounds = rounds(5);
     let configs = [(1, 1), (2, 1), (1, 2)];
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
     for round in 0..rounds {

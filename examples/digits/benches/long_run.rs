@@ -8,6 +8,9 @@
 //! seconds and the late/early ratio: the mean time of the last 30 epochs over the first 30's.
 //! The last line is the default's speed-up over flush off (median fit seconds).
 
+#[path = "common/rounds.rs"]
+mod rounds;
+use rounds::{median, rounds};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -111,16 +114,8 @@ fn fit(flush_denormal: Option<bool>, max_epochs: usize) -> anyhow::Result<Fit> {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() -> anyhow::Result<()> {
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(3);
+    let rounds = rounds(3);
     let sides = [
         ("default (flush on)", None),
         ("flush_denormal=false", Some(false)),

@@ -5,6 +5,9 @@
 //! progress bar), so the difference is the Trainer's loop, logging and hooks. The last line is
 //! `overhead ratio: X.XXX`: the Trainer's time per step over the hand loop's (medians).
 
+#[path = "common/rounds.rs"]
+mod rounds;
+use rounds::{median, rounds};
 use std::time::Instant;
 
 use burn_autodiff::Autodiff;
@@ -17,11 +20,6 @@ use ember::{DataModule, Stage, Trainer, TrainerOptions};
 
 type B = Autodiff<Flex>;
 const EPOCHS: u64 = 30;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// Seconds per step and steps of one Trainer fit.
 fn trainer_run(model: &ModelConfig, data: &DataConfig) -> anyhow::Result<(f64, u64)> {
@@ -47,10 +45,7 @@ fn trainer_run(model: &ModelConfig, data: &DataConfig) -> anyhow::Result<(f64, u
 }
 
 fn main() -> anyhow::Result<()> {
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(7);
+    let rounds = rounds(7);
     let (model, data) = (ModelConfig::default(), DataConfig::default());
     let (mut ours, mut hand) = (Vec::new(), Vec::new());
     // One untimed round of each warms caches and the allocator.
