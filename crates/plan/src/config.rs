@@ -22,9 +22,20 @@ pub struct ConfigSources {
 }
 
 /// A value typed on the command line: JSON when it parses as JSON (`2`, `[1,3]`, `true`,
-/// `"3"`), otherwise the text itself (`cpu`, `1, 3`, `bf16-mixed`).
+/// `"3"`); a YAML flow list or table when it is bracketed and parses as one
+/// (`[LearningRateMonitor]`, `{class_path: EarlyStopping}`, as LightningCLI reads them);
+/// otherwise the text itself (`cpu`, `1, 3`, `bf16-mixed`).
 pub fn parse_override_value(raw: &str) -> Value {
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+    if let Ok(value) = serde_json::from_str(raw) {
+        return value;
+    }
+    let trimmed = raw.trim();
+    let bracketed = (trimmed.starts_with('[') && trimmed.ends_with(']'))
+        || (trimmed.starts_with('{') && trimmed.ends_with('}'));
+    bracketed
+        .then(|| serde_yaml::from_str(trimmed).ok())
+        .flatten()
+        .unwrap_or_else(|| Value::String(raw.to_owned()))
 }
 
 fn file_provider(path: &Path) -> PlanResult<Figment> {
@@ -93,4 +104,30 @@ pub fn merge(defaults: &Value, sources: &ConfigSources) -> PlanResult<Value> {
         ));
     }
     Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_override_value as parse;
+    use serde_json::json;
+
+    #[test]
+    fn command_line_values_read_as_json_then_yaml_flow_then_text() {
+        assert_eq!(parse("2"), json!(2));
+        assert_eq!(parse("[1,3]"), json!([1, 3]));
+        assert_eq!(parse("true"), json!(true));
+        assert_eq!(parse("cpu"), json!("cpu"));
+        assert_eq!(parse("1, 3"), json!("1, 3"));
+        assert_eq!(
+            parse("[LearningRateMonitor]"),
+            json!(["LearningRateMonitor"])
+        );
+        assert_eq!(
+            parse("[EarlyStopping, {class_path: ModelCheckpoint, init_args: {save_top_k: 2}}]"),
+            json!(["EarlyStopping", {"class_path": "ModelCheckpoint", "init_args": {"save_top_k": 2}}])
+        );
+        assert_eq!(parse("{monitor: val_loss}"), json!({"monitor": "val_loss"}));
+        // Not a well-formed flow collection: the text itself, for the option to judge.
+        assert_eq!(parse("[a, {b"), json!("[a, {b"));
+    }
 }

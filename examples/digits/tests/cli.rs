@@ -712,3 +712,24 @@ fn resuming_a_mixed_precision_run_is_refused_with_the_reason() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// LightningCLI users write lists as YAML flow sequences on the command line.
+#[test]
+fn a_yaml_flow_list_of_callbacks_is_read_as_a_list() {
+    let out = digits(
+        &[
+            "fit",
+            "--print-config",
+            "--trainer.callbacks=[LearningRateMonitor, {class_path: EarlyStopping, init_args: {monitor: val_loss}}]",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let config: serde_json::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    let callbacks = &config["trainer"]["callbacks"];
+    assert_eq!(callbacks[0], "LearningRateMonitor", "{callbacks}");
+    assert_eq!(
+        callbacks[1]["init_args"]["monitor"], "val_loss",
+        "{callbacks}"
+    );
+}
