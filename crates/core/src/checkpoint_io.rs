@@ -49,9 +49,9 @@ pub type Encode = Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>;
 type Write = JoinHandle<anyhow::Result<()>>;
 
 /// Encodes and writes through another CheckpointIO on a background thread while training goes
-/// on, with at most one write in flight: `save` waits for the previous write first, `check` reports a
-/// failed write on the next step, `wait` (called by the Trainer at the end of every entry
-/// point) joins it. A remove runs after the write in flight, without making the loop wait (so
+/// on, with at most one write in flight: `save` waits for the previous write first, `check`
+/// reports a failed write on the next step, `wait` (called by the Trainer at the end of every
+/// entry point) joins it. A remove runs after the write in flight, without making the loop wait (so
 /// ModelCheckpoint's "save the new best, remove the old" overlaps training), and is skipped
 /// when that write failed, so the old file is never removed for a new one that is missing.
 /// Loads wait for the writes in flight, so they see their files.
