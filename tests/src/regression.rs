@@ -7,12 +7,12 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{Sgd, SgdConfig};
+use burn::optim::SgdConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use ember::{
-    DataModule, EvalModule, Loader, LogOptions, Optimizers, Reduce, StepLog, TrainingModule,
+    DataModule, Hparams, LightningModule, Loader, LogOptions, Optimizers, Reduce, StepLog,
+    TrainingModule, optim,
 };
 
 /// burn-flex's random generator is one per process: tests that seed it and then draw initial
@@ -151,9 +151,19 @@ impl<B: Backend> Regression<B> {
 }
 
 impl<B: AutodiffBackend> TrainingModule<B> for Regression<B> {
-    type Batch = Batch<B>;
-    type Optimizer = OptimizerAdaptor<Sgd<B::InnerBackend>, Self, B>;
+    type Optimizer = optim::Sgd<Self, B>;
     type Scheduler = f64;
+
+    fn configure_optimizers(
+        &self,
+        _: &Hparams,
+    ) -> anyhow::Result<Optimizers<Self::Optimizer, f64>> {
+        Ok(Optimizers::new(SgdConfig::new().init(), self.lr))
+    }
+}
+
+impl<B: Backend> LightningModule<B> for Regression<B> {
+    type Batch = Batch<B>;
 
     fn training_step(&self, batch: Batch<B>, log: &mut StepLog<B>) -> Tensor<B, 1> {
         let loss = self.loss(&batch);
@@ -165,14 +175,6 @@ impl<B: AutodiffBackend> TrainingModule<B> for Regression<B> {
         log.log_with("max_index", last, epoch.reduce(Reduce::Max));
         loss
     }
-
-    fn configure_optimizers(&self) -> Optimizers<Self::Optimizer, f64> {
-        Optimizers::new(SgdConfig::new().init(), self.lr)
-    }
-}
-
-impl<B: Backend> EvalModule<B> for Regression<B> {
-    type Batch = Batch<B>;
 
     fn validation_step(&self, batch: Batch<B>, log: &mut StepLog<B>) {
         let n = batch.indices.len();

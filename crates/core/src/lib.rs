@@ -9,6 +9,7 @@
 //! See `docs/architecture.md` for why it is shaped this way.
 
 pub mod accelerator;
+pub mod app;
 pub use ember_plan::{
     catalog, cluster, collective, config, connector, devices, error, flags, inventory, options,
     plan, precision, stage, strategy,
@@ -19,11 +20,14 @@ pub mod cli;
 pub mod host_float;
 pub mod job;
 pub mod loggers;
+pub mod optim;
 pub mod plugins;
+pub mod prelude;
 pub mod registry;
 pub mod trainer;
 
 pub use accelerator::{Accelerator, AcceleratorKind, DeviceOf, DeviceStats};
+pub use app::{App, AppJob, AppOutput, RunsWith};
 pub use catalog::{AcceleratorSpec, Catalog};
 pub use cli::{Cli, CliOutcome, Invocation};
 pub use cluster::{ClusterEnvironment, Env, Ranks};
@@ -42,9 +46,11 @@ pub use plugins::strategy::{SingleDevice, Strategy, StrategyParts};
 pub use precision::Precision;
 pub use registry::{Registry, RegistryError};
 pub use strategy::StrategyInfo;
-pub use trainer::data::{DataModule, Loader, epoch_permutation};
+pub use trainer::data::{DataLoaders, DataModule, Loader, Shard, epoch_permutation};
+pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};
 pub use trainer::module::{
-    EvalModule, Optimizers, PredictModule, SchedulerInterval, TrainingModule,
+    BatcherFor, EvalBatch, LightningModule, MissingStep, Optimizers, Prediction, SchedulerInterval,
+    TrainingModule,
 };
 pub use trainer::{FitOutcome, Plugin, Trainer, TrainerBuilder};

@@ -36,3 +36,11 @@ pub fn registry<J: Job>() -> Registry<J> {
         .expect("the built-in accelerators have distinct names");
     registry
 }
+
+/// Runs application `A` from the command line with every accelerator this build enables
+/// (Lightning's `LightningCLI(Model, DataModule)`): `fn main() -> ExitCode { ember::run::<MyApp>() }`.
+/// A program that registers accelerators or plugins of its own builds its registry and calls
+/// `Cli::for_app::<A>().run(&registry, AppJob::from)`.
+pub fn run<A: App>() -> std::process::ExitCode {
+    Cli::for_app::<A>().run(&registry::<AppJob<A>>(), AppJob::from)
+}

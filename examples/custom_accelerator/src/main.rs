@@ -1,15 +1,15 @@
-//! The digits job, with one more accelerator registered in `main`: `--trainer.accelerator=xpu`.
+//! The digits app, with one more accelerator registered in `main`: `--trainer.accelerator=xpu`.
 
 use std::process::ExitCode;
 
 use custom_accelerator::XpuAccelerator;
-use digits::job::{DEFAULT_EPOCHS, DigitsJob};
+use digits::Digits;
 use digits::model::ModelConfig;
 use digits::train::DataConfig;
-use ember::{Cli, TrainerFlags};
+use ember::{App, AppJob, Cli};
 
 fn main() -> ExitCode {
-    let registry = match ember::registry::<DigitsJob>().register::<XpuAccelerator>() {
+    let registry = match ember::registry::<AppJob<Digits>>().register::<XpuAccelerator>() {
         Ok(registry) => registry,
         Err(e) => {
             eprintln!("error: {e}");
@@ -22,6 +22,6 @@ fn main() -> ExitCode {
         ModelConfig::default(),
         DataConfig::default(),
     )
-    .with_trainer_defaults(TrainerFlags::default().max_epochs(DEFAULT_EPOCHS))
-    .run(&registry, DigitsJob::from)
+    .with_trainer_defaults(Digits::trainer_defaults())
+    .run(&registry, AppJob::from)
 }

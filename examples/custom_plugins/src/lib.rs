@@ -92,7 +92,7 @@ impl Strategy for LocalSgd {
     /// A last average, then the same replica check as ddp.
     fn teardown(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
         self.average(weights)?;
-        ember::plugins::ddp::check_replicas(self.collective(), &*weights)
+        ember::plugins::ddp::check_replicas(self.collective(), &*weights, false)
     }
 }
 

@@ -1,19 +1,19 @@
-//! The digits job with three plugins registered in `main`: `--trainer.strategy=local_sgd`,
+//! The digits app with three plugins registered in `main`: `--trainer.strategy=local_sgd`,
 //! `--trainer.precision=bf16-static-scale`, and the `renamed` cluster environment.
 
 use std::process::ExitCode;
 
 use custom_plugins::{LocalSgd, RenamedElastic, StaticLossScale};
-use digits::job::{DEFAULT_EPOCHS, DEFAULT_SEED, DigitsJob};
+use digits::Digits;
 use digits::model::ModelConfig;
 use digits::train::DataConfig;
-use ember::{Cli, Registry, RegistryError, StrategyInfo, TrainerFlags};
+use ember::{App, AppJob, Cli, Registry, RegistryError, StrategyInfo};
 
 /// Optimizer steps between two weight averages of local SGD.
 const LOCAL_SGD_EVERY: u64 = 4;
 
-fn registry() -> Result<Registry<DigitsJob>, RegistryError> {
-    ember::registry::<DigitsJob>()
+fn registry() -> Result<Registry<AppJob<Digits>>, RegistryError> {
+    ember::registry::<AppJob<Digits>>()
         .register_strategy(
             StrategyInfo::new(
                 LocalSgd::NAME,
@@ -47,10 +47,6 @@ fn main() -> ExitCode {
         ModelConfig::default(),
         DataConfig::default(),
     )
-    .with_trainer_defaults(
-        TrainerFlags::default()
-            .max_epochs(DEFAULT_EPOCHS)
-            .seed(DEFAULT_SEED),
-    )
-    .run(&registry, DigitsJob::from)
+    .with_trainer_defaults(Digits::trainer_defaults())
+    .run(&registry, AppJob::from)
 }

@@ -1,13 +1,10 @@
 //! The digits model: an MLP with ReLU activations.
 
-use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{Adam, AdamConfig};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor};
-use ember::{EvalModule, LogOptions, Optimizers, PredictModule, StepLog, TrainingModule};
+use burn::optim::AdamConfig;
+use burn::prelude::*;
+use ember::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::data::{CLASSES, DigitsBatch, PIXELS};
@@ -74,13 +71,11 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-/// The digits model as the Trainer sees it: the MLP and its learning rate.
+/// The digits model as the Trainer sees it.
 #[derive(Module, Debug)]
 pub struct DigitsModel<B: Backend> {
     /// The network.
     pub mlp: Mlp<B>,
-    /// Adam's learning rate.
-    pub lr: f64,
 }
 
 impl<B: Backend> DigitsModel<B> {
@@ -88,11 +83,10 @@ impl<B: Backend> DigitsModel<B> {
     pub fn new(config: &ModelConfig, device: &B::Device) -> Self {
         Self {
             mlp: config.init(device),
-            lr: config.lr,
         }
     }
 
-    /// Loss and number of correct predictions of one batch.
+    /// Loss and accuracy of one batch, and its size.
     fn evaluate(&self, batch: DigitsBatch<B>) -> (Tensor<B, 1>, Tensor<B, 1>, usize) {
         let n = batch.labels.dims()[0];
         let logits = self.mlp.forward(batch.images);
@@ -109,24 +103,14 @@ impl<B: Backend> DigitsModel<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainingModule<B> for DigitsModel<B> {
+impl<B: Backend> LightningModule<B> for DigitsModel<B> {
     type Batch = DigitsBatch<B>;
-    type Optimizer = OptimizerAdaptor<Adam, Self, B>;
-    type Scheduler = f64;
 
     fn training_step(&self, batch: DigitsBatch<B>, log: &mut StepLog<B>) -> Tensor<B, 1> {
         let loss = self.mlp.loss(batch.images, batch.labels);
         log.log_with("train_loss", &loss, LogOptions::default().prog_bar());
         loss
     }
-
-    fn configure_optimizers(&self) -> Optimizers<Self::Optimizer, f64> {
-        Optimizers::new(AdamConfig::new().init(), self.lr)
-    }
-}
-
-impl<B: Backend> EvalModule<B> for DigitsModel<B> {
-    type Batch = DigitsBatch<B>;
 
     fn validation_step(&self, batch: DigitsBatch<B>, log: &mut StepLog<B>) {
         let (loss, accuracy, n) = self.evaluate(batch);
@@ -142,19 +126,27 @@ impl<B: Backend> EvalModule<B> for DigitsModel<B> {
         log.log_with("test_loss", loss, options);
         log.log_with("test_acc", accuracy, options);
     }
+
+    fn predict_step(&self, batch: DigitsBatch<B>) -> Prediction {
+        let digits = self.mlp.forward(batch.images).argmax(1).into_data();
+        Prediction::of(
+            digits
+                .convert::<i64>()
+                .into_vec::<i64>()
+                .unwrap_or_default(),
+        )
+    }
 }
 
-impl<B: Backend> PredictModule<B> for DigitsModel<B> {
-    type Batch = DigitsBatch<B>;
-    type Output = Vec<i64>;
+impl<B: AutodiffBackend> TrainingModule<B> for DigitsModel<B> {
+    type Optimizer = optim::Adam<Self, B>;
+    type Scheduler = f64;
 
-    fn predict_step(&self, batch: DigitsBatch<B>) -> Vec<i64> {
-        self.mlp
-            .forward(batch.images)
-            .argmax(1)
-            .into_data()
-            .convert::<i64>()
-            .into_vec()
-            .unwrap_or_default()
+    fn configure_optimizers(
+        &self,
+        hparams: &Hparams,
+    ) -> anyhow::Result<Optimizers<Self::Optimizer, f64>> {
+        let config: ModelConfig = hparams.model()?;
+        Ok(Optimizers::new(AdamConfig::new().init(), config.lr))
     }
 }

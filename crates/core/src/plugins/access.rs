@@ -15,6 +15,7 @@ use burn::tensor::{ElementConversion, Tensor, TensorData};
 
 use crate::options::ClipAlgorithm;
 use crate::trainer::grads;
+use crate::trainer::weights::sync_running_states;
 
 /// The gradients of one optimizer step, before the optimizer sees them.
 pub trait Gradients {
@@ -46,6 +47,10 @@ pub trait Gradients {
 pub trait Weights {
     /// Every float parameter, in visit order, as host data.
     fn to_host(&self) -> Vec<(ParamId, TensorData)>;
+
+    /// The float tensors that take no gradient (batch-norm running statistics, frozen
+    /// parameters), in visit order, as host data.
+    fn buffers_to_host(&self) -> Vec<(ParamId, TensorData)>;
 
     /// Replaces the float parameters named in `weights` (same shape; their dtype is kept as
     /// given); others stay. Whether a parameter requires gradients is kept.
@@ -139,7 +144,19 @@ impl<B: Backend, M: Module<B>> Weights for ModelWeights<'_, B, M> {
         host_weights::<B, M>(self.model)
     }
 
+    fn buffers_to_host(&self) -> Vec<(ParamId, TensorData)> {
+        sync_running_states::<B, M>(self.model);
+        let mut gather = GatherWeights {
+            weights: Vec::new(),
+            buffers_only: true,
+        };
+        self.model.visit(&mut gather);
+        gather.weights
+    }
+
     fn load_host(&mut self, weights: Vec<(ParamId, TensorData)>) -> anyhow::Result<()> {
+        // A pending running-state update would overwrite what is loaded at the next step.
+        sync_running_states::<B, M>(self.model);
         let mut load = LoadWeights {
             data: weights.into_iter().collect(),
             error: None,
@@ -154,9 +171,13 @@ impl<B: Backend, M: Module<B>> Weights for ModelWeights<'_, B, M> {
 
 /// Every float parameter of `model`, in visit order, as host data.
 pub(crate) fn host_weights<B: Backend, M: Module<B>>(model: &M) -> Vec<(ParamId, TensorData)> {
-    let mut gather = GatherWeights(Vec::new());
+    sync_running_states::<B, M>(model);
+    let mut gather = GatherWeights {
+        weights: Vec::new(),
+        buffers_only: false,
+    };
     model.visit(&mut gather);
-    gather.0
+    gather.weights
 }
 
 /// Removes every float gradient of a model, in visit order, as host data.
@@ -207,12 +228,18 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for RetainGrads<'_, B> {
     }
 }
 
-/// Every float parameter as host data, in visit order.
-struct GatherWeights(Vec<(ParamId, TensorData)>);
+/// Every float parameter (or only those that take no gradient) as host data, in visit order.
+struct GatherWeights {
+    weights: Vec<(ParamId, TensorData)>,
+    buffers_only: bool,
+}
 
 impl<B: Backend> ModuleVisitor<B> for GatherWeights {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0.push((param.id, param.val().into_data()));
+        let value = param.val();
+        if !(self.buffers_only && value.is_require_grad()) {
+            self.weights.push((param.id, value.into_data()));
+        }
     }
 }
 
@@ -240,5 +267,47 @@ impl<B: Backend> ModuleMapper<B> for LoadWeights {
             let (dtype, device, require_grad) = (data.dtype, t.device(), t.is_require_grad());
             Tensor::from_data(data, (&device, dtype)).set_require_grad(require_grad)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+
+    type B = burn_autodiff::Autodiff<burn_flex::Flex>;
+
+    #[derive(Module, Debug)]
+    struct Net<B: Backend> {
+        linear: Linear<B>,
+        norm: BatchNorm<B>,
+    }
+
+    #[test]
+    fn buffers_are_the_tensors_without_gradients() {
+        let device = Default::default();
+        let mut net = Net::<B> {
+            linear: LinearConfig::new(3, 2).init(&device),
+            norm: BatchNormConfig::new(2).init(&device),
+        };
+        let weights = ModelWeights::<B, _>::new(&mut net);
+        // linear weight + bias, gamma + beta, running mean + var.
+        assert_eq!(weights.to_host().len(), 6);
+        let buffers = weights.buffers_to_host();
+        let values: Vec<Vec<f32>> = buffers
+            .iter()
+            .map(|(_, d)| d.to_vec::<f32>().unwrap())
+            .collect();
+        assert_eq!(
+            values,
+            [vec![0.0, 0.0], vec![1.0, 1.0]],
+            "running mean, var"
+        );
+        // A training forward leaves its update pending in burn; the views see it anyway.
+        let x = Tensor::<B, 2>::from_data([[1.0, 2.0], [3.0, 4.0]], &device);
+        let _ = net.norm.forward(x);
+        let weights = ModelWeights::<B, _>::new(&mut net);
+        let mean = weights.buffers_to_host()[0].1.to_vec::<f32>().unwrap();
+        assert_eq!(mean, [0.2, 0.3], "momentum 0.1 of the batch mean [2, 3]");
     }
 }

@@ -140,21 +140,69 @@ impl Strategy for Ddp {
         self.average_gradients(grads)
     }
 
-    /// Fails unless every rank's float weights are bitwise equal to rank 0's (compared by a
+    /// With `sync_batchnorm`, averages the running statistics over the ranks.
+    fn on_optimizer_step(&mut self, weights: &mut dyn Weights, _: u64) -> anyhow::Result<()> {
+        if self.world_size() < 2 || !self.parts.sync_batchnorm {
+            return Ok(());
+        }
+        average_buffers(self.collective(), weights)
+    }
+
+    /// Fails unless every rank's trained weights are bitwise equal to rank 0's (compared by a
     /// CRC-64 of their bytes).
     fn teardown(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
         if self.world_size() < 2 {
             return Ok(());
         }
-        check_replicas(self.collective(), &*weights)
+        check_replicas(self.collective(), &*weights, self.parts.sync_batchnorm)
     }
 }
 
-/// Fails unless every rank's float weights are bitwise equal to rank 0's.
-pub fn check_replicas(collective: &dyn Collective, weights: &dyn Weights) -> anyhow::Result<()> {
+/// Averages the tensors that take no gradient (batch-norm running statistics) over the ranks,
+/// in f32 (f64 stays f64), each back in its own dtype.
+fn average_buffers(collective: &dyn Collective, weights: &mut dyn Weights) -> anyhow::Result<()> {
+    let mut buffers = weights.buffers_to_host();
+    if buffers.is_empty() {
+        return Ok(());
+    }
+    let mut flat: Vec<f64> = Vec::new();
+    for (_, data) in &buffers {
+        flat.extend(data.iter::<f64>());
+    }
+    collective.all_reduce_f64(&mut flat, ReduceOp::Sum)?;
+    let world = collective.world_size() as f64;
+    let mut values = flat.into_iter().map(|x| x / world);
+    for (_, data) in &mut buffers {
+        let (shape, dtype) = (data.shape.clone(), data.dtype);
+        let mean: Vec<f64> = values.by_ref().take(data.num_elements()).collect();
+        *data = TensorData::new(mean, shape).convert_dtype(dtype);
+    }
+    weights.load_host(buffers)
+}
+
+/// Fails unless every rank's float weights are bitwise equal to rank 0's. Tensors that take no
+/// gradient (batch-norm running statistics) are compared only `with_buffers`: each rank's
+/// follow its own batches unless `sync_batchnorm` averages them.
+pub fn check_replicas(
+    collective: &dyn Collective,
+    weights: &dyn Weights,
+    with_buffers: bool,
+) -> anyhow::Result<()> {
     let crc = crc::Crc::<u64>::new(&crc::CRC_64_ECMA_182);
     let mut digest = crc.digest();
-    for (_, data) in weights.to_host() {
+    let buffers: std::collections::HashSet<ParamId> = match with_buffers {
+        true => Default::default(),
+        false => weights
+            .buffers_to_host()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect(),
+    };
+    for (_, data) in weights
+        .to_host()
+        .iter()
+        .filter(|(id, _)| !buffers.contains(id))
+    {
         digest.update(data.as_bytes());
     }
     let digests = collective.all_gather(&digest.finalize().to_le_bytes())?;

@@ -31,6 +31,8 @@ pub struct StrategyParts {
     pub checkpoint_io: Arc<dyn CheckpointIO>,
     /// `--trainer.ddp_bucket_cap_mb` in bytes: how much gradient one all-reduce carries.
     pub bucket_cap_bytes: usize,
+    /// `--trainer.sync_batchnorm`: average batch-norm running statistics over the ranks.
+    pub sync_batchnorm: bool,
 }
 
 /// How a run spreads over processes: the Trainer's loops call it wherever that matters.

@@ -197,6 +197,7 @@ pub(super) fn parts(
         precision,
         checkpoint_io,
         bucket_cap_bytes: (options.ddp_bucket_cap_mb * 1024.0 * 1024.0) as usize,
+        sync_batchnorm: options.sync_batchnorm,
     })
 }
 

@@ -190,6 +190,78 @@ pub trait DataModule {
     }
 }
 
+/// A data module made of loaders and a batcher, for a program that needs no `DataModule` of
+/// its own: `trainer.fit(model, &mut DataLoaders::new(batcher).train(train).val(val))`.
+pub struct DataLoaders<I, Bt> {
+    batcher: Bt,
+    train: Option<Loader<I>>,
+    val: Option<Loader<I>>,
+    test: Option<Loader<I>>,
+    predict: Option<Loader<I>>,
+}
+
+impl<I, Bt> DataLoaders<I, Bt> {
+    /// No loaders yet; `batcher` makes every loader's batches.
+    pub fn new(batcher: Bt) -> Self {
+        Self {
+            batcher,
+            train: None,
+            val: None,
+            test: None,
+            predict: None,
+        }
+    }
+
+    /// The training loader.
+    pub fn train(mut self, loader: Loader<I>) -> Self {
+        self.train = Some(loader);
+        self
+    }
+
+    /// The validation loader.
+    pub fn val(mut self, loader: Loader<I>) -> Self {
+        self.val = Some(loader);
+        self
+    }
+
+    /// The test loader.
+    pub fn test(mut self, loader: Loader<I>) -> Self {
+        self.test = Some(loader);
+        self
+    }
+
+    /// The predict loader.
+    pub fn predict(mut self, loader: Loader<I>) -> Self {
+        self.predict = Some(loader);
+        self
+    }
+}
+
+impl<I: Send + Sync + 'static, Bt> DataModule for DataLoaders<I, Bt> {
+    type Item = I;
+    type Batcher = Bt;
+
+    fn batcher(&self) -> &Bt {
+        &self.batcher
+    }
+
+    fn train_loader(&self) -> Option<Loader<I>> {
+        self.train.clone()
+    }
+
+    fn val_loader(&self) -> Option<Loader<I>> {
+        self.val.clone()
+    }
+
+    fn test_loader(&self) -> Option<Loader<I>> {
+        self.test.clone()
+    }
+
+    fn predict_loader(&self) -> Option<Loader<I>> {
+        self.predict.clone()
+    }
+}
+
 /// A permutation of `0..len` that depends only on `seed` and `epoch`: the order a shuffled
 /// loader visits its items in. A hand-written loop can use it to see the same batches.
 pub fn epoch_permutation(len: usize, seed: u64, epoch: u64) -> Vec<usize> {

@@ -131,6 +131,7 @@ struct Entry<B: Backend> {
 pub struct StepLog<B: Backend> {
     stage: Stage,
     entries: Vec<Entry<B>>,
+    missing: Option<&'static str>,
 }
 
 impl<B: Backend> StepLog<B> {
@@ -138,7 +139,18 @@ impl<B: Backend> StepLog<B> {
         Self {
             stage,
             entries: Vec::new(),
+            missing: None,
         }
+    }
+
+    /// Records that the step called is one the model does not implement (the trait's default).
+    pub(crate) fn missing_step(&mut self, step: &'static str) {
+        self.missing = Some(step);
+    }
+
+    /// The step found missing since the last call, if any.
+    pub(crate) fn take_missing(&mut self) -> Option<&'static str> {
+        self.missing.take()
     }
 
     /// The loop this step belongs to (validate steps during fit report `Validate`).

@@ -1,6 +1,6 @@
 //! The Trainer: it owns the loops (fit, validate, test, predict), as Lightning's does.
 //!
-//! A user writes a model ([`TrainingModule`], [`EvalModule`], [`PredictModule`]) and a
+//! A user writes a model ([`LightningModule`], [`TrainingModule`]) and a
 //! [`DataModule`] once; the Trainer runs them on the device the plan selected, with the
 //! loop options of [`TrainerOptions`], calling [`Callback`]s at Lightning's hook points and
 //! writing through [`Loggers`] and [`CheckpointIO`]. See `docs/trainer.md`.
@@ -11,6 +11,7 @@ pub mod ckpt_path;
 pub mod data;
 pub mod dtype;
 pub mod grads;
+pub mod hparams;
 pub mod log;
 pub mod loops;
 pub mod module;
@@ -19,7 +20,7 @@ mod run;
 pub mod scaler;
 pub mod signals;
 pub mod summary;
-mod weights;
+pub(crate) mod weights;
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
@@ -49,9 +50,8 @@ use loops::evaluation::EvaluationLoop;
 use loops::fit::FitLoop;
 use loops::prediction::PredictionLoop;
 use loops::schedule::{self, FitSchedule};
-use module::{EvalModule, PredictModule, TrainingModule};
+use module::{BatcherFor, LightningModule, TrainingModule};
 use scaler::GradScaler;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.
@@ -297,10 +297,8 @@ impl<B: AutodiffBackend> Trainer<B> {
     pub fn fit<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<FitOutcome<M>>
     where
         M: TrainingModule<B>,
-        M::InnerModule: EvalModule<Inner<B>>,
         D: DataModule,
-        D::Batcher: Batcher<B, D::Item, M::Batch>
-            + Batcher<Inner<B>, D::Item, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+        D::Batcher: BatcherFor<B, D::Item, M>,
     {
         if self.options.enable_checkpointing
             && !self.callbacks.iter().any(|c| c.is_model_checkpoint())
@@ -339,7 +337,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         if !self.is_global_zero() || !self.options.logger.contains(&LoggerKind::Csv) {
             return;
         }
+        // A run too short to log a metric has nothing to draw.
         if let Some(dir) = self.log_dir()
+            && dir.join(crate::loggers::METRICS_FILE).exists()
             && let Err(e) = crate::loggers::curves::write(dir)
         {
             eprintln!("warning: no {}: {e:#}", crate::loggers::curves::CURVES_FILE);
@@ -353,7 +353,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         data: &mut D,
     ) -> anyhow::Result<BTreeMap<String, f64>>
     where
-        M: EvalModule<Inner<B>>,
+        M: LightningModule<Inner<B>>,
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
@@ -363,20 +363,21 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// One test pass over `data`'s test loader; returns the epoch metrics.
     pub fn test<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<BTreeMap<String, f64>>
     where
-        M: EvalModule<Inner<B>>,
+        M: LightningModule<Inner<B>>,
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
         self.evaluate(Stage::Test, model, data)
     }
 
-    /// Predictions for every batch of `data`'s predict loader, in order. With several
-    /// processes each predicts a contiguous share of the batches and rank 0 returns them all,
-    /// in order (the other ranks return none); outputs cross between ranks as JSON.
-    pub fn predict<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<Vec<M::Output>>
+    /// Predictions for every batch of `data`'s predict loader, in order, each read as `T`
+    /// (the type `predict_step` gave [`Prediction::of`](module::Prediction::of), or
+    /// `serde_json::Value`). With several processes each predicts a contiguous share of the
+    /// batches and rank 0 returns them all, in order (the other ranks return none).
+    pub fn predict<M, D, T>(&mut self, model: M, data: &mut D) -> anyhow::Result<Vec<T>>
     where
-        M: PredictModule<Inner<B>>,
-        M::Output: Serialize + DeserializeOwned,
+        M: LightningModule<Inner<B>>,
+        T: DeserializeOwned,
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
@@ -393,7 +394,19 @@ impl<B: AutodiffBackend> Trainer<B> {
         );
         let result =
             PredictionLoop { batches }.run(self, &mut run, &model, (&loader, data.batcher()));
-        self.finish(run, result)
+        let values = self.finish(run, result)?;
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| {
+                serde_json::from_value(value).with_context(|| {
+                    format!(
+                        "the prediction of batch {i} is not a {}",
+                        std::any::type_name::<T>()
+                    )
+                })
+            })
+            .collect()
     }
 
     fn evaluate<M, D>(
@@ -403,7 +416,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         data: &mut D,
     ) -> anyhow::Result<BTreeMap<String, f64>>
     where
-        M: EvalModule<Inner<B>>,
+        M: LightningModule<Inner<B>>,
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {

@@ -1,16 +1,23 @@
 //! What a user writes: the model's steps and its optimizer, generic over the burn backend.
 //!
-//! Training runs on the autodiff backend `B`; validation, test and prediction run on the
-//! model's inner (non-autodiff) module, as burn's `AutodiffModule::valid` gives it, so they
-//! build no graph. A model written generically over `B: Backend` implements the evaluation
-//! traits once and they serve both.
+//! [`LightningModule`] holds the steps, written once for every backend: training runs them
+//! on the autodiff backend `B`, validation, test and prediction on the model's inner
+//! (non-autodiff) module, as burn's `AutodiffModule::valid` gives it, so they build no graph.
+//! Only `training_step` is required. [`TrainingModule`] adds the optimizer, on the autodiff
+//! backend only.
 
+use std::fmt;
+
+use burn::data::dataloader::batcher::Batcher;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use serde::Serialize;
+use serde_json::Value;
 
+use crate::trainer::hparams::Hparams;
 use crate::trainer::log::StepLog;
 
 /// When the learning-rate scheduler steps.
@@ -52,43 +59,119 @@ impl<O, S> Optimizers<O, S> {
     }
 }
 
-/// A model the Trainer can fit (Lightning's `training_step` and `configure_optimizers`).
-pub trait TrainingModule<B: AutodiffBackend>: AutodiffModule<B> + Sized {
-    /// A training batch, as the data module's batcher makes it on `B`.
+/// The steps of a model (Lightning's `LightningModule`), written once for every backend.
+///
+/// Only `training_step` is required. A model without `validation_step` still trains (a val
+/// loader is then skipped with a warning, as Lightning does); `validate`, `test` or `predict`
+/// of a model that lacks the step fail with an error naming it.
+pub trait LightningModule<B: Backend>: Module<B> {
+    /// A batch, as the data module's batcher makes it on `B`.
     type Batch;
-    /// The optimizer.
-    type Optimizer: Optimizer<Self, B>;
-    /// The learning-rate scheduler (`f64` for a constant rate).
-    type Scheduler: LrScheduler;
 
-    /// The loss of one batch. Metrics go through `log`.
+    /// The loss of one training batch. Metrics go through `log`.
     fn training_step(&self, batch: Self::Batch, log: &mut StepLog<B>) -> Tensor<B, 1>;
 
-    /// The optimizer and scheduler; called once at the start of `fit`.
-    fn configure_optimizers(&self) -> Optimizers<Self::Optimizer, Self::Scheduler>;
-}
-
-/// A model the Trainer can validate and test (on the inner backend).
-pub trait EvalModule<B: Backend>: Module<B> {
-    /// A validation or test batch.
-    type Batch;
-
     /// Logs the metrics of one validation batch (on_epoch by default).
-    fn validation_step(&self, batch: Self::Batch, log: &mut StepLog<B>);
+    fn validation_step(&self, batch: Self::Batch, log: &mut StepLog<B>) {
+        let _ = batch;
+        log.missing_step("validation_step");
+    }
 
     /// Logs the metrics of one test batch; by default the validation step (same metric names).
     fn test_step(&self, batch: Self::Batch, log: &mut StepLog<B>) {
         self.validation_step(batch, log);
     }
+
+    /// The prediction for one batch: anything serializable, e.g. `Prediction::of(&classes)`.
+    fn predict_step(&self, batch: Self::Batch) -> Prediction {
+        let _ = batch;
+        Prediction(Err(PredictionError::Missing))
+    }
 }
 
-/// A model the Trainer can predict with (on the inner backend).
-pub trait PredictModule<B: Backend>: Module<B> {
-    /// A predict batch.
-    type Batch;
-    /// What one batch predicts.
-    type Output;
+/// A model the Trainer can fit: its steps, and the optimizer that trains it.
+///
+/// Its inner module (what `valid()` returns, on the inner backend) has the same steps; a model
+/// written generically over `B: Backend` gets that for free.
+pub trait TrainingModule<B: AutodiffBackend>:
+    LightningModule<B> + AutodiffModule<B, InnerModule: LightningModule<B::InnerBackend>> + Sized
+{
+    /// The optimizer, e.g. `ember::optim::Adam<Self, B>`.
+    type Optimizer: Optimizer<Self, B>;
+    /// The learning-rate scheduler (`f64` for a constant rate).
+    type Scheduler: LrScheduler;
 
-    /// The prediction for one batch.
-    fn predict_step(&self, batch: Self::Batch) -> Self::Output;
+    /// The optimizer and scheduler; called once at the start of `fit`. `hparams` are the run's
+    /// hyperparameters (the CLI's merged config, or what `Trainer::with_hparams` was given).
+    fn configure_optimizers(
+        &self,
+        hparams: &Hparams,
+    ) -> anyhow::Result<Optimizers<Self::Optimizer, Self::Scheduler>>;
 }
+
+/// The batch type of `M`'s inner module: what validation, test and predict batches are.
+pub type EvalBatch<B, M> = <<M as AutodiffModule<B>>::InnerModule as LightningModule<
+    <B as AutodiffBackend>::InnerBackend,
+>>::Batch;
+
+/// A batcher that makes model `M`'s batches from items `I`, on the autodiff backend for
+/// training and on the inner backend for evaluation. A batcher generic over the backend is one.
+pub trait BatcherFor<B: AutodiffBackend, I, M: TrainingModule<B>>:
+    Batcher<B, I, M::Batch> + Batcher<B::InnerBackend, I, EvalBatch<B, M>>
+{
+}
+
+impl<B, I, M, T> BatcherFor<B, I, M> for T
+where
+    B: AutodiffBackend,
+    M: TrainingModule<B>,
+    T: Batcher<B, I, M::Batch> + Batcher<B::InnerBackend, I, EvalBatch<B, M>>,
+{
+}
+
+/// What one predict batch returned, as JSON: predictions cross between ranks and reach the
+/// command line's output that way. [`Trainer::predict`](crate::Trainer::predict) turns them
+/// back into the caller's type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction(Result<Value, PredictionError>);
+
+#[derive(Debug, Clone, PartialEq)]
+enum PredictionError {
+    Missing,
+    NotJson(String),
+}
+
+impl Prediction {
+    /// The prediction `value` (any `Serialize` type: numbers, vectors, structs ...).
+    pub fn of(value: impl Serialize) -> Self {
+        Self(serde_json::to_value(value).map_err(|e| PredictionError::NotJson(e.to_string())))
+    }
+
+    /// The JSON value, or why there is none.
+    pub(crate) fn into_value(self) -> anyhow::Result<Value> {
+        match self.0 {
+            Ok(value) => Ok(value),
+            Err(PredictionError::Missing) => Err(MissingStep("predict_step").into()),
+            Err(PredictionError::NotJson(e)) => {
+                anyhow::bail!("predict_step returned a value that is not serializable: {e}")
+            }
+        }
+    }
+}
+
+/// The model lacks a step the run needs; returned by the loops, so the Trainer can skip a val
+/// loader during fit and name the step anywhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MissingStep(pub &'static str);
+
+impl fmt::Display for MissingStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the model has no {0}: implement LightningModule::{0} for it",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for MissingStep {}

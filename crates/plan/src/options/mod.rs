@@ -200,6 +200,12 @@ trainer_options! {
     /// ddp: megabytes of gradients per all-reduce (docs/distributed.md).
     ddp_bucket_cap_mb: f64 = 25.0, Megabytes,
         "ddp: megabytes of gradients per all-reduce";
+    /// ddp: average the tensors that take no gradient (batch-norm running statistics) over
+    /// the ranks after every optimizer step, so every rank evaluates and checkpoints the same
+    /// statistics. Unlike torch's SyncBatchNorm, the batch statistics a training step
+    /// normalises with stay each rank's own (docs/distributed.md).
+    sync_batchnorm: bool = false, Flag,
+        "ddp: average batch-norm running statistics over the ranks after every optimizer step";
     /// ddp: seconds a collective may wait for the other ranks before the run fails.
     ddp_timeout: f64 = 1800.0, Seconds,
         "ddp: seconds a collective may wait for the other ranks before the run fails";

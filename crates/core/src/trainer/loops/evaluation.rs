@@ -10,7 +10,7 @@ use burn::tensor::backend::AutodiffBackend;
 use crate::stage::Stage;
 use crate::trainer::data::Loader;
 use crate::trainer::log::{MetricCollector, StepLog};
-use crate::trainer::module::EvalModule;
+use crate::trainer::module::{LightningModule, MissingStep};
 use crate::trainer::run::Run;
 use crate::trainer::{Inner, Trainer, dtype};
 
@@ -24,7 +24,8 @@ pub struct EvaluationLoop {
 }
 
 impl EvaluationLoop {
-    /// Runs the pass on `model`; returns its epoch metrics (reduced over the ranks).
+    /// Runs the pass on `model`; returns its epoch metrics (reduced over the ranks), or
+    /// [`MissingStep`] at the first batch where the model has no step for this stage.
     pub fn run<B, E, I, Bt>(
         self,
         trainer: &Trainer<B>,
@@ -34,7 +35,7 @@ impl EvaluationLoop {
     ) -> anyhow::Result<BTreeMap<String, f64>>
     where
         B: AutodiffBackend,
-        E: EvalModule<Inner<B>>,
+        E: LightningModule<Inner<B>>,
         Bt: Batcher<Inner<B>, I, E::Batch>,
     {
         let test = self.stage == Stage::Test;
@@ -51,6 +52,10 @@ impl EvaluationLoop {
                 model.test_step(batch, &mut log);
             } else {
                 model.validation_step(batch, &mut log);
+            }
+            if let Some(step) = log.take_missing() {
+                // The default test_step is the validation step: a model with neither lacks test_step.
+                return Err(MissingStep(if test { "test_step" } else { step }).into());
             }
             collector.collect(&mut log, false);
             run.state.batch_idx = i;

@@ -19,8 +19,11 @@ use crate::plugins::precision::PrecisionPlugin;
 use crate::stage::Stage;
 use crate::trainer::checkpoint::Checkpoint;
 use crate::trainer::data::Loader;
+use crate::trainer::hparams::Hparams;
 use crate::trainer::log::MetricCollector;
-use crate::trainer::module::{EvalModule, Optimizers, SchedulerInterval, TrainingModule};
+use crate::trainer::module::{
+    BatcherFor, EvalBatch, MissingStep, Optimizers, SchedulerInterval, TrainingModule,
+};
 use crate::trainer::run::{FitParts, Run};
 use crate::trainer::signals::{self, StopSignals};
 use crate::trainer::{FitOutcome, Inner, Trainer, dtype};
@@ -65,13 +68,14 @@ pub(in crate::trainer) struct FitLoop<'t, B: AutodiffBackend, M: TrainingModule<
     /// The checkpoint written when a stop signal ended the run.
     pub(super) interrupted: Option<PathBuf>,
     pub(super) signals: StopSignals,
+    /// The model has no `validation_step`: the val loader is skipped.
+    pub(super) no_validation_step: bool,
 }
 
 impl<'t, B, M> FitLoop<'t, B, M>
 where
     B: AutodiffBackend,
     M: TrainingModule<B>,
-    M::InnerModule: EvalModule<Inner<B>>,
 {
     /// A fit of `model` as `schedule` says: the model in its master type, its optimizers
     /// configured, continuing from the checkpoint at `resume_from` if one is given.
@@ -90,7 +94,9 @@ where
             optimizer,
             mut scheduler,
             interval,
-        } = model.configure_optimizers();
+        } = model
+            .configure_optimizers(&Hparams::new(&trainer.hparams))
+            .context("configure_optimizers")?;
         let lr = match interval {
             SchedulerInterval::Epoch => scheduler.step(),
             SchedulerInterval::Step => f64::NAN,
@@ -116,6 +122,7 @@ where
             collector: MetricCollector::default(),
             interrupted: None,
             signals: StopSignals::install()?,
+            no_validation_step: false,
         })
     }
 
@@ -207,8 +214,7 @@ where
         (train, val): (&Loader<I>, Option<&Loader<I>>),
     ) -> anyhow::Result<FitOutcome<M>>
     where
-        Bt: Batcher<B, I, M::Batch>
-            + Batcher<Inner<B>, I, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+        Bt: BatcherFor<B, I, M>,
     {
         let started = Instant::now();
         let mut train = train.clone();
@@ -256,7 +262,9 @@ where
 
     /// A validation pass of `batches` batches on the model in its compute types. Within
     /// training (`publish`), its metrics are published and `on_validation_end` gets a
-    /// checkpoint saver; the sanity check publishes nothing.
+    /// checkpoint saver; the sanity check publishes nothing. A model without
+    /// `validation_step` is warned about once and not validated again (Lightning skips the
+    /// val loop then).
     pub(super) fn validate<I, Bt>(
         &mut self,
         val: &Loader<I>,
@@ -265,8 +273,11 @@ where
         publish: bool,
     ) -> anyhow::Result<()>
     where
-        Bt: Batcher<Inner<B>, I, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+        Bt: Batcher<Inner<B>, I, EvalBatch<B, M>>,
     {
+        if self.no_validation_step {
+            return Ok(());
+        }
         self.run.state.num_eval_batches = batches;
         self.run.hook(None, |c, x| c.on_validation_start(x))?;
         let model = self.trainer.eval_model(&self.opt.model);
@@ -274,7 +285,16 @@ where
             stage: Stage::Validate,
             batches,
         };
-        let metrics = pass.run(self.trainer, self.run, &model, (val, batcher))?;
+        let metrics = match pass.run(self.trainer, self.run, &model, (val, batcher)) {
+            Err(e) if e.is::<MissingStep>() => {
+                if self.trainer.is_global_zero() {
+                    eprintln!("warning: {e}; the val loader is skipped");
+                }
+                self.no_validation_step = true;
+                Default::default()
+            }
+            result => result?,
+        };
         if publish {
             self.run.publish(&metrics, true)?;
             self.fit_hook(|c, x| c.on_validation_end(x))

@@ -7,11 +7,10 @@ use std::ops::Range;
 use anyhow::Context;
 use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::AutodiffBackend;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::trainer::data::{Loader, Shard};
-use crate::trainer::module::PredictModule;
+use crate::trainer::module::LightningModule;
 use crate::trainer::run::Run;
 use crate::trainer::{Inner, Trainer};
 
@@ -31,11 +30,10 @@ impl PredictionLoop {
         run: &mut Run,
         model: &P,
         (loader, batcher): (&Loader<I>, &Bt),
-    ) -> anyhow::Result<Vec<P::Output>>
+    ) -> anyhow::Result<Vec<Value>>
     where
         B: AutodiffBackend,
-        P: PredictModule<Inner<B>>,
-        P::Output: Serialize + DeserializeOwned,
+        P: LightningModule<Inner<B>>,
         Bt: Batcher<Inner<B>, I, P::Batch>,
     {
         let batches = loader.batch_indices(trainer.seed, 0);
@@ -44,7 +42,7 @@ impl PredictionLoop {
         let mut outputs = Vec::with_capacity(mine.len());
         for (i, indices) in batches[mine].iter().enumerate() {
             let batch = loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?;
-            outputs.push(model.predict_step(batch));
+            outputs.push(model.predict_step(batch).into_value()?);
             run.state.batch_idx = i;
             run.hook(None, |c, x| c.on_predict_batch_end(x))?;
         }
@@ -58,7 +56,7 @@ impl PredictionLoop {
         }
         let mut all = Vec::with_capacity(self.batches);
         for (rank, bytes) in gathered.iter().enumerate() {
-            let part: Vec<P::Output> = serde_json::from_slice(bytes)
+            let part: Vec<Value> = serde_json::from_slice(bytes)
                 .with_context(|| format!("decoding the predictions of rank {rank}"))?;
             all.extend(part);
         }

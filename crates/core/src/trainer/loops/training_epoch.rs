@@ -2,7 +2,6 @@
 //! a training step, an optimizer step every `accumulate_grad_batches` batches, metric
 //! logging, validation when due, and the stop checks. Its state is the [`FitLoop`]'s.
 
-use burn::data::dataloader::batcher::Batcher;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::FloatDType;
@@ -12,17 +11,15 @@ use super::fit::FitLoop;
 use crate::callbacks;
 use crate::plugins::access::{ModelGradients, ModelWeights};
 use crate::stage::Stage;
-use crate::trainer::Inner;
 use crate::trainer::data::Loader;
 use crate::trainer::dtype;
 use crate::trainer::log::StepLog;
-use crate::trainer::module::{EvalModule, SchedulerInterval, TrainingModule};
+use crate::trainer::module::{BatcherFor, SchedulerInterval, TrainingModule};
 
 impl<B, M> FitLoop<'_, B, M>
 where
     B: AutodiffBackend,
     M: TrainingModule<B>,
-    M::InnerModule: EvalModule<Inner<B>>,
 {
     /// Runs the epoch `self.position.epoch` (from its `skip`th batch when resuming); returns
     /// the loop and whether fit ends after the epoch. The loop passes by value because burn's
@@ -34,8 +31,7 @@ where
         batcher: &Bt,
     ) -> anyhow::Result<(Self, bool)>
     where
-        Bt: Batcher<B, I, M::Batch>
-            + Batcher<Inner<B>, I, <M::InnerModule as EvalModule<Inner<B>>>::Batch>,
+        Bt: BatcherFor<B, I, M>,
     {
         let epoch = self.position.epoch;
         self.run.state.epoch = epoch;

@@ -1,0 +1,278 @@
+//! One call runs any model from the command line (Lightning's `LightningCLI(Model, DataModule)`).
+//!
+//! An application says how to build its model on any backend and its data module from their
+//! config sections ([`App`]); [`AppJob`] is the job the CLI runs for it: fit, validate, test
+//! or predict on the accelerator the plan selects, with the checkpoint `ckpt_path` names, the
+//! merged config recorded as hyperparameters, and a summary of the run on stdout.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+
+use burn::tensor::backend::AutodiffBackend;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::accelerator::Accelerator;
+use crate::cli::{Cli, Invocation};
+use crate::flags::TrainerFlags;
+use crate::job::Job;
+use crate::options::TrainerOptions;
+use crate::plan::Plan;
+use crate::stage::Stage;
+use crate::trainer::data::DataModule;
+use crate::trainer::module::{BatcherFor, TrainingModule};
+use crate::trainer::{FitOutcome, Trainer};
+
+/// An application: a model buildable on every backend, its data module, and their configs.
+///
+/// ```ignore
+/// impl ember::App for Digits {
+///     const NAME: &'static str = "digits";
+///     const ABOUT: &'static str = "Train an MLP on 8x8 handwritten digits";
+///     type ModelConfig = ModelConfig;
+///     type DataConfig = DataConfig;
+///     type Data = DigitsData;
+///     type Model<B: AutodiffBackend> = DigitsModel<B>;
+///
+///     fn model<B: AutodiffBackend>(config: &ModelConfig, device: &B::Device) -> DigitsModel<B> {
+///         DigitsModel::new(config, device)
+///     }
+///     fn data(config: &DataConfig) -> DigitsData {
+///         DigitsData::new(config.clone())
+///     }
+/// }
+/// ```
+pub trait App: 'static {
+    /// The program's name, as `--help` shows it.
+    const NAME: &'static str;
+    /// One line about the program for `--help`.
+    const ABOUT: &'static str;
+    /// The `model` section of the config (`--model.KEY=VALUE`); its `Default` is the default.
+    type ModelConfig: Serialize + DeserializeOwned + Default;
+    /// The `data` section of the config (`--data.KEY=VALUE`).
+    type DataConfig: Serialize + DeserializeOwned + Default;
+    /// The data module.
+    type Data: DataModule;
+    /// The model on autodiff backend `B`.
+    type Model<B: AutodiffBackend>: RunsWith<B, Self::Data>;
+
+    /// A freshly initialised model on `device` (the Trainer has seeded the backend).
+    fn model<B: AutodiffBackend>(config: &Self::ModelConfig, device: &B::Device) -> Self::Model<B>;
+
+    /// The data module.
+    fn data(config: &Self::DataConfig) -> Self::Data;
+
+    /// The trainer flags' defaults for this program (e.g. its own `max_epochs`).
+    fn trainer_defaults() -> TrainerFlags {
+        TrainerFlags::default()
+    }
+}
+
+impl<M, D> Cli<M, D>
+where
+    M: Serialize + DeserializeOwned + Default,
+    D: Serialize + DeserializeOwned + Default,
+{
+    /// The CLI of application `A`: its name, about line, config defaults and trainer
+    /// defaults. Run it with a registry of [`AppJob`]s: `cli.run(&registry, AppJob::from)`.
+    pub fn for_app<A: App<ModelConfig = M, DataConfig = D>>() -> Self {
+        Self::new(A::NAME, A::ABOUT, M::default(), D::default())
+            .with_trainer_defaults(A::trainer_defaults())
+    }
+}
+
+/// The Trainer's entry points for model `Self` on data `D`: implemented for every
+/// [`TrainingModule`] whose data module's batcher makes its batches, so that [`App::Model`]
+/// can promise them for every backend.
+pub trait RunsWith<B: AutodiffBackend, D: DataModule>: TrainingModule<B> {
+    /// [`Trainer::fit`].
+    fn fit(trainer: &mut Trainer<B>, model: Self, data: &mut D)
+    -> anyhow::Result<FitOutcome<Self>>;
+
+    /// [`Trainer::validate`] or [`Trainer::test`] (by `stage`) of the model's inner module.
+    fn evaluate(
+        trainer: &mut Trainer<B>,
+        stage: Stage,
+        model: Self,
+        data: &mut D,
+    ) -> anyhow::Result<BTreeMap<String, f64>>;
+
+    /// [`Trainer::predict`] with the model's inner module, as JSON.
+    fn predict(trainer: &mut Trainer<B>, model: Self, data: &mut D) -> anyhow::Result<Vec<Value>>;
+}
+
+impl<B, D, M> RunsWith<B, D> for M
+where
+    B: AutodiffBackend,
+    D: DataModule,
+    M: TrainingModule<B>,
+    D::Batcher: BatcherFor<B, D::Item, M>,
+{
+    fn fit(trainer: &mut Trainer<B>, model: Self, data: &mut D) -> anyhow::Result<FitOutcome<M>> {
+        trainer.fit(model, data)
+    }
+
+    fn evaluate(
+        trainer: &mut Trainer<B>,
+        stage: Stage,
+        model: Self,
+        data: &mut D,
+    ) -> anyhow::Result<BTreeMap<String, f64>> {
+        if stage == Stage::Test {
+            trainer.test(model.valid(), data)
+        } else {
+            trainer.validate(model.valid(), data)
+        }
+    }
+
+    fn predict(trainer: &mut Trainer<B>, model: Self, data: &mut D) -> anyhow::Result<Vec<Value>> {
+        trainer.predict(model.valid(), data)
+    }
+}
+
+/// What an [`AppJob`] produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppOutput {
+    /// `fit`.
+    Fit {
+        /// Optimizer steps.
+        steps: u64,
+        /// Wall time of the fit loop.
+        seconds: f64,
+        /// The latest value of every metric.
+        metrics: BTreeMap<String, f64>,
+        /// The best (or latest) checkpoint written.
+        best_model_path: Option<PathBuf>,
+    },
+    /// `validate` / `test`: the pass's metrics.
+    Metrics(BTreeMap<String, f64>),
+    /// `predict`: each batch's prediction (rank 0; empty on the other ranks).
+    Predictions(Vec<Value>),
+}
+
+/// The job the CLI runs for application `A`: built from the invocation, run on any
+/// accelerator.
+pub struct AppJob<A: App> {
+    stage: Stage,
+    model: A::ModelConfig,
+    data: A::DataConfig,
+    options: TrainerOptions,
+    hparams: Value,
+    app: PhantomData<A>,
+}
+
+impl<A: App> From<Invocation<A::ModelConfig, A::DataConfig>> for AppJob<A> {
+    fn from(inv: Invocation<A::ModelConfig, A::DataConfig>) -> Self {
+        let hparams = json!({
+            "trainer": inv.trainer.to_value(),
+            "model": serde_json::to_value(&inv.model).unwrap_or(Value::Null),
+            "data": serde_json::to_value(&inv.data).unwrap_or(Value::Null),
+        });
+        Self {
+            stage: inv.stage,
+            model: inv.model,
+            data: inv.data,
+            options: inv.trainer.options,
+            hparams,
+            app: PhantomData,
+        }
+    }
+}
+
+impl<A: App> Job for AppJob<A> {
+    type Output = AppOutput;
+
+    fn run<X: Accelerator>(self, plan: &Plan) -> anyhow::Result<AppOutput> {
+        let mut hparams = self.hparams;
+        hparams["plan"] = serde_json::to_value(plan)?;
+        let mut trainer =
+            Trainer::<X::Backend>::new::<X>(plan, self.options)?.with_hparams(hparams);
+        let mut data = A::data(&self.data);
+        // Under ddp every rank runs this; rank 0 speaks for the run.
+        let rank0 = plan.global_rank == 0;
+        if rank0 && self.stage != Stage::Fit && trainer.options().ckpt_path.is_none() {
+            eprintln!(
+                "warning: no --trainer.ckpt_path given: `{}` runs on freshly initialised weights",
+                self.stage.name()
+            );
+        }
+        let model = A::model::<X::Backend>(&self.model, trainer.device());
+        let output = match self.stage {
+            Stage::Fit => {
+                let out = RunsWith::fit(&mut trainer, model, &mut data)?;
+                AppOutput::Fit {
+                    steps: out.global_step,
+                    seconds: out.seconds,
+                    metrics: out.metrics,
+                    best_model_path: out.best_model_path,
+                }
+            }
+            Stage::Validate | Stage::Test => AppOutput::Metrics(RunsWith::evaluate(
+                &mut trainer,
+                self.stage,
+                model,
+                &mut data,
+            )?),
+            Stage::Predict => {
+                AppOutput::Predictions(RunsWith::predict(&mut trainer, model, &mut data)?)
+            }
+        };
+        if rank0 {
+            report(&output, &plan.accelerator)?;
+        }
+        Ok(output)
+    }
+}
+
+/// Prints what a run produced: fit's summary line, the metrics one per line, or the
+/// predictions one per line (a batch's list is spread over lines).
+fn report(output: &AppOutput, accelerator: &str) -> anyhow::Result<()> {
+    match output {
+        AppOutput::Fit {
+            steps,
+            seconds,
+            metrics,
+            best_model_path,
+        } => {
+            let mut line = format!(
+                "trained {steps} steps in {seconds:.2} s ({:.0} steps/s) on {accelerator}",
+                *steps as f64 / seconds
+            );
+            for (name, value) in metrics {
+                line.push_str(&format!("; {name} {value:.4}"));
+            }
+            if let Some(path) = best_model_path {
+                line.push_str(&format!("; checkpoint {}", path.display()));
+            }
+            println!("{line}");
+        }
+        AppOutput::Metrics(metrics) => {
+            for (name, value) in metrics {
+                println!("{name} {value:.4}");
+            }
+        }
+        AppOutput::Predictions(batches) => {
+            print_lines(batches.iter().flat_map(|batch| match batch {
+                Value::Array(items) => items.iter().collect::<Vec<_>>(),
+                one => vec![one],
+            }))?
+        }
+    }
+    Ok(())
+}
+
+/// Prints one JSON value per line; a closed pipe (`app predict | head`) ends quietly.
+fn print_lines<'a>(values: impl Iterator<Item = &'a Value>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = values
+        .into_iter()
+        .try_for_each(|v| writeln!(out, "{v}"))
+        .and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,17 @@
+//! Names for burn's optimizers as a [`TrainingModule`](crate::TrainingModule) spells its
+//! `Optimizer` type: `type Optimizer = ember::optim::Adam<Self, B>;`.
+//!
+//! Rust cannot infer an associated type from `configure_optimizers`' body (that needs
+//! `impl Trait` in associated types, unstable), so the type is written once, in these words.
+
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::tensor::backend::AutodiffBackend;
+
+/// Adam (`AdamConfig::new().init()`) for module `M` on backend `B`.
+pub type Adam<M, B> = OptimizerAdaptor<burn::optim::Adam, M, B>;
+
+/// AdamW (`AdamWConfig::new().init()`) for module `M` on backend `B`.
+pub type AdamW<M, B> = OptimizerAdaptor<burn::optim::AdamW, M, B>;
+
+/// SGD, with or without momentum (`SgdConfig::new().init()`), for module `M` on backend `B`.
+pub type Sgd<M, B> = OptimizerAdaptor<burn::optim::Sgd<<B as AutodiffBackend>::InnerBackend>, M, B>;

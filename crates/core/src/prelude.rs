@@ -1,0 +1,16 @@
+//! What a model author needs, in one import: `use ember::prelude::*;` (beside
+//! `use burn::prelude::*;` for burn's tensors and modules).
+
+pub use burn::tensor::backend::AutodiffBackend;
+
+pub use crate::app::App;
+pub use crate::flags::TrainerFlags;
+pub use crate::optim;
+pub use crate::stage::Stage;
+pub use crate::trainer::Trainer;
+pub use crate::trainer::data::{DataLoaders, DataModule, Loader};
+pub use crate::trainer::hparams::Hparams;
+pub use crate::trainer::log::{LogOptions, StepLog};
+pub use crate::trainer::module::{
+    LightningModule, Optimizers, Prediction, SchedulerInterval, TrainingModule,
+};

@@ -1,0 +1,72 @@
+//! docs/getting-started.md stays true: each of its Rust snippets is taken from this example
+//! (or from the acceptance test of the Trainer without the CLI), and the program it builds
+//! trains.
+
+use std::process::Command;
+
+/// Lines with their indentation removed, blank lines dropped: snippets in the guide start at
+/// column 0 where the source has them indented.
+fn normalized(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn every_rust_snippet_of_the_guide_is_taken_from_compiled_code() {
+    let guide = include_str!("../../../docs/getting-started.md");
+    let sources = normalized(&format!(
+        "{}\n{}",
+        include_str!("../src/main.rs"),
+        include_str!("../../../tests/tests/first_model.rs")
+    ));
+    let snippets: Vec<&str> = guide
+        .split("```rust\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap())
+        .collect();
+    assert!(snippets.len() >= 5, "{} snippets", snippets.len());
+    for snippet in snippets {
+        assert!(
+            sources.contains(&normalized(snippet)),
+            "this snippet of docs/getting-started.md is not in the example's sources:\n{snippet}"
+        );
+    }
+}
+
+#[test]
+fn the_guide_program_trains_and_validates_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_first_model"))
+            .args(args)
+            .arg("--trainer.enable_progress_bar=false")
+            .current_dir(dir.path())
+            .env("EMBER_INVENTORY", "")
+            .output()
+            .unwrap()
+    };
+    let fit = run(&["fit", "--trainer.max_epochs=20"]);
+    let stdout = String::from_utf8_lossy(&fit.stdout);
+    assert!(
+        fit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fit.stderr)
+    );
+    let val_acc: f64 = stdout
+        .rsplit("; val_acc ")
+        .next()
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no val_acc in {stdout}"));
+    assert!(val_acc >= 0.95, "val_acc {val_acc}");
+    let log_dir = dir.path().join("lightning_logs/version_0");
+    for file in ["metrics.csv", "curves.png", "hparams.yaml"] {
+        assert!(log_dir.join(file).exists(), "{file}");
+    }
+    let validate = run(&["validate", "--trainer.ckpt_path=last"]);
+    assert!(validate.status.success());
+    assert!(String::from_utf8_lossy(&validate.stdout).contains("val_acc "));
+}
