@@ -1,9 +1,11 @@
 //! The checkpoint file: a safetensors file that PyTorch, NumPy or any safetensors reader opens.
 //!
 //! Tensors: the model's weights under their module paths (`mlp.hidden.0.weight`, ...) in the
-//! dtypes they were trained in, and each other section (`optimizer`, `scheduler`,
-//! `grad_scaler`: burn records as named MessagePack, or JSON) as a `U8` tensor named
-//! `__ember__.<section>`. Metadata: `ember.header` ([`CheckpointHeader`] as JSON: format
+//! dtypes they were trained in; the optimizer's state tensors as `__optimizer__.<param id>.
+//! <name>` (Adam's `moment_1` ...), each in its own dtype, described by the `optimizer_state`
+//! section; and each other section (`scheduler`, `grad_scaler`, `callbacks`: burn records as
+//! named MessagePack, or JSON; `optimizer`, burn's record, for optimizers whose state ember
+//! cannot read) as a `U8` tensor named `__ember__.<section>`. Metadata: `ember.header` ([`CheckpointHeader`] as JSON: format
 //! version, ember version, progress, metrics, and a CRC-32C of every tensor) and
 //! `ember.header_crc32c`. Reading checks the safetensors structure (a truncated file fails
 //! there), the header's checksum, the format version and every tensor's checksum, and names the
@@ -25,14 +27,16 @@ use serde::{Deserialize, Serialize};
 use super::weights::load_into;
 pub use super::weights::{Weight, weights_of};
 
-/// The format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format this build writes; it reads this one and version 2 (no optimizer state tensors).
+pub const FORMAT_VERSION: u32 = 3;
 /// Metadata key of the header JSON.
 pub const HEADER_KEY: &str = "ember.header";
 /// Metadata key of the header's CRC-32C (decimal).
 pub const HEADER_CRC_KEY: &str = "ember.header_crc32c";
 /// Name prefix of the tensors that hold sections other than the weights.
 pub const SECTION_PREFIX: &str = "__ember__.";
+/// Name prefix of the optimizer's state tensors.
+pub const STATE_PREFIX: &str = "__optimizer__.";
 
 /// What a checkpoint says about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,6 +62,9 @@ pub struct CheckpointHeader {
     /// Weight tensors: module paths, the CRC-32C of their bytes and burn's parameter ids
     /// (the optimizer's state is keyed by them).
     pub weights: Vec<(String, u32, u64)>,
+    /// The optimizer's state tensors (without [`STATE_PREFIX`]) and their CRC-32C.
+    #[serde(default)]
+    pub optimizer_state: Vec<(String, u32)>,
 }
 
 /// Where training stood when a checkpoint was written.
@@ -82,6 +89,8 @@ pub struct Checkpoint {
     pub header: CheckpointHeader,
     /// The model's weights by module path.
     pub weights: BTreeMap<String, TensorData>,
+    /// The optimizer's state tensors by name (without [`STATE_PREFIX`]).
+    pub optimizer_state: BTreeMap<String, TensorData>,
     /// The other sections by name.
     pub sections: BTreeMap<String, Vec<u8>>,
 }
@@ -167,8 +176,8 @@ fn parse_header(
     let header: CheckpointHeader =
         serde_json::from_str(json).with_context(|| format!("{shown} has a corrupt header"))?;
     ensure!(
-        header.format_version == FORMAT_VERSION,
-        "{shown} has checkpoint format version {}, this ember reads version {FORMAT_VERSION}",
+        (2..=FORMAT_VERSION).contains(&header.format_version),
+        "{shown} has checkpoint format version {}, this ember reads versions 2 to {FORMAT_VERSION}",
         header.format_version
     );
     Ok(header)
@@ -208,6 +217,18 @@ impl Checkpoint {
         weights: Vec<Weight>,
         sections: Vec<(String, Vec<u8>)>,
     ) -> anyhow::Result<Vec<u8>> {
+        Self::encode_with_state(progress, metrics, weights, Vec::new(), sections)
+    }
+
+    /// [`encode`](Self::encode), with the optimizer's state tensors (names without
+    /// [`STATE_PREFIX`]).
+    pub fn encode_with_state(
+        progress: Progress,
+        metrics: BTreeMap<String, f64>,
+        weights: Vec<Weight>,
+        optimizer_state: Vec<(String, TensorData)>,
+        sections: Vec<(String, Vec<u8>)>,
+    ) -> anyhow::Result<Vec<u8>> {
         let header = CheckpointHeader {
             format_version: FORMAT_VERSION,
             ember_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -225,10 +246,21 @@ impl Checkpoint {
                 .iter()
                 .map(|(n, id, d)| (n.clone(), crc32(d.as_bytes()), id.val()))
                 .collect(),
+            optimizer_state: optimizer_state
+                .iter()
+                .map(|(n, d)| (n.clone(), crc32(d.as_bytes())))
+                .collect(),
         };
-        let weights: Vec<(String, TensorData)> =
-            weights.into_iter().map(|(n, _, d)| (n, d)).collect();
-        Self::encode_header(&header, &weights, &sections)
+        let tensors: Vec<(String, TensorData)> = weights
+            .into_iter()
+            .map(|(n, _, d)| (n, d))
+            .chain(
+                optimizer_state
+                    .into_iter()
+                    .map(|(n, d)| (format!("{STATE_PREFIX}{n}"), d)),
+            )
+            .collect();
+        Self::encode_header(&header, &tensors, &sections)
     }
 
     fn encode_header(
@@ -245,10 +277,16 @@ impl Checkpoint {
             (HEADER_KEY.to_owned(), json),
         ]);
         let mut views = Vec::with_capacity(weights.len() + sections.len());
+        let state_names: std::collections::HashSet<String> = header
+            .optimizer_state
+            .iter()
+            .map(|(n, _)| format!("{STATE_PREFIX}{n}"))
+            .collect();
         for (name, data) in weights {
             ensure!(
-                !name.starts_with(SECTION_PREFIX),
-                "parameter name {name} uses the reserved prefix {SECTION_PREFIX}"
+                !name.starts_with(SECTION_PREFIX)
+                    && (!name.starts_with(STATE_PREFIX) || state_names.contains(name)),
+                "parameter name {name} uses a reserved prefix ({SECTION_PREFIX} or {STATE_PREFIX})"
             );
             let view = TensorView::new(
                 to_safetensors(data.dtype)?,
@@ -297,25 +335,36 @@ impl Checkpoint {
             );
             sections.insert(name.clone(), view.data().to_vec());
         }
-        let mut weights = BTreeMap::new();
-        for (name, crc, _) in &header.weights {
+        let read = |name: &str, crc: u32, what: &str| -> anyhow::Result<TensorData> {
             let view = tensors.tensor(name).map_err(|_| {
-                anyhow!("{shown} has no weight `{name}` although its header lists one")
+                anyhow!("{shown} has no {what} `{name}` although its header lists one")
             })?;
             ensure!(
-                crc32(view.data()) == *crc,
-                "{shown}: weight `{name}` fails its checksum (damaged or flipped bytes)"
+                crc32(view.data()) == crc,
+                "{shown}: {what} `{name}` fails its checksum (damaged or flipped bytes)"
             );
             let dtype = from_safetensors(view.dtype()).with_context(|| {
-                format!("{shown}: weight `{name}` has dtype {:?}", view.dtype())
+                format!("{shown}: {what} `{name}` has dtype {:?}", view.dtype())
             })?;
-            let data =
-                TensorData::from_bytes_vec(view.data().to_vec(), view.shape().to_vec(), dtype);
-            weights.insert(name.clone(), data);
+            Ok(TensorData::from_bytes_vec(
+                view.data().to_vec(),
+                view.shape().to_vec(),
+                dtype,
+            ))
+        };
+        let mut weights = BTreeMap::new();
+        for (name, crc, _) in &header.weights {
+            weights.insert(name.clone(), read(name, *crc, "weight")?);
+        }
+        let mut optimizer_state = BTreeMap::new();
+        for (name, crc) in &header.optimizer_state {
+            let data = read(&format!("{STATE_PREFIX}{name}"), *crc, "optimizer state")?;
+            optimizer_state.insert(name.clone(), data);
         }
         Ok(Self {
             header,
             weights,
+            optimizer_state,
             sections,
         })
     }

@@ -10,13 +10,13 @@ use std::fmt;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::module::{AutodiffModule, Module};
-use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::optim::ExactState;
 use crate::trainer::hparams::Hparams;
 use crate::trainer::log::StepLog;
 
@@ -96,8 +96,10 @@ pub trait LightningModule<B: Backend>: Module<B> {
 pub trait TrainingModule<B: AutodiffBackend>:
     LightningModule<B> + AutodiffModule<B, InnerModule: LightningModule<B::InnerBackend>> + Sized
 {
-    /// The optimizer, e.g. `ember::optim::Adam<Self, B>`.
-    type Optimizer: Optimizer<Self, B>;
+    /// The optimizer, e.g. `ember::optim::Adam<Self, B>`. Checkpoints store the state of
+    /// burn's Adam, AdamW and SGD tensor by tensor, in each tensor's own dtype
+    /// ([`ExactState`]), so a fit under any precision resumes exactly.
+    type Optimizer: ExactState<Self, B>;
     /// The learning-rate scheduler (`f64` for a constant rate).
     type Scheduler: LrScheduler;
 

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use burn::module::AutodiffModule;
-use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
@@ -17,6 +16,7 @@ use crate::accelerator::DeviceStats;
 use crate::callbacks::{self, Callback, CallbackContext, Saver, TrainerState};
 use crate::checkpoint_io::CheckpointIO;
 use crate::loggers::Loggers;
+use crate::optim::{self, ExactState};
 use crate::plugins::precision::PrecisionPlugin;
 use crate::stage::Stage;
 use crate::trainer::Trainer;
@@ -36,7 +36,7 @@ impl<'a, B, M, O, S> FitParts<'a, B, M, O, S>
 where
     B: AutodiffBackend,
     M: AutodiffModule<B>,
-    O: Optimizer<M, B>,
+    O: ExactState<M, B>,
     S: LrScheduler,
 {
     pub(super) fn new(
@@ -71,11 +71,25 @@ where
             learning_rate: state.learning_rate,
             seed,
         };
-        let mut sections = vec![
-            (
-                "optimizer".to_owned(),
-                record_bytes::<B, _>(self.optimizer.to_record())?,
+        let weights = weights_of::<B, M>(self.model)?;
+        // The optimizer's state as tensors in their own dtypes where ember reads it; burn's
+        // record (floats in the device's type on load) for other optimizers.
+        let dtypes = weights.iter().map(|(_, id, d)| (*id, d.dtype)).collect();
+        let (optimizer, state_tensors) = match self.optimizer.state(&dtypes) {
+            Some(state) => {
+                let (description, tensors) = optim::split(state?)?;
+                (("optimizer_state".to_owned(), description), tensors)
+            }
+            None => (
+                (
+                    "optimizer".to_owned(),
+                    record_bytes::<B, _>(self.optimizer.to_record())?,
+                ),
+                Vec::new(),
             ),
+        };
+        let mut sections = vec![
+            optimizer,
             (
                 "scheduler".to_owned(),
                 record_bytes::<B, _>(self.scheduler.to_record::<B>())?,
@@ -90,11 +104,10 @@ where
         }
         // Copies of the weights and serialised records are taken here; checksumming and
         // assembling the file may happen on the checkpoint IO's thread.
-        let (metrics, weights) = (
-            state.callback_metrics.clone(),
-            weights_of::<B, M>(self.model)?,
-        );
-        let encode = move || Checkpoint::encode(progress, metrics, weights, sections);
+        let metrics = state.callback_metrics.clone();
+        let encode = move || {
+            Checkpoint::encode_with_state(progress, metrics, weights, state_tensors, sections)
+        };
         io.save_encoded(Box::new(encode), path)
     }
 }
@@ -158,7 +171,7 @@ impl Run {
     where
         B: AutodiffBackend,
         M: AutodiffModule<B>,
-        O: Optimizer<M, B>,
+        O: ExactState<M, B>,
         S: LrScheduler,
     {
         let (io, seed, hparams) = (

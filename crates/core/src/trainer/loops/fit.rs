@@ -14,6 +14,7 @@ use burn::tensor::backend::AutodiffBackend;
 use super::evaluation::EvaluationLoop;
 use super::schedule::FitSchedule;
 use crate::callbacks::{self, Callback, CallbackContext};
+use crate::optim::{self, ExactState};
 use crate::plugins::access::ModelWeights;
 use crate::plugins::precision::PrecisionPlugin;
 use crate::stage::Stage;
@@ -126,6 +127,26 @@ where
         })
     }
 
+    /// The optimizer from burn's record (a format-2 checkpoint, or an optimizer whose state
+    /// ember does not read), which burn rebuilds in the device's default float type: refused
+    /// under a mixed precision, whose f32 masters' moments would come back in the low type.
+    fn restore_record(
+        trainer: &Trainer<B>,
+        optimizer: M::Optimizer,
+        checkpoint: &Checkpoint,
+        path: &Path,
+    ) -> anyhow::Result<M::Optimizer> {
+        if trainer.precision().casts_for_compute() {
+            let low = dtype::compute_dtype(trainer.precision().precision());
+            anyhow::bail!(
+                "cannot resume fit from {} under a mixed precision: its optimizer state is a burn record, which burn restores in the device's float type ({low:?}), not in the f32 of the master weights (ember stores the state of Adam, AdamW and SGD itself; other optimizers resume under a true precision only)",
+                path.display()
+            );
+        }
+        let record = checkpoint.record::<B, _>("optimizer", &trainer.device, path)?;
+        Ok(optimizer.load_record(record))
+    }
+
     /// Calls a hook with a checkpoint saver over the current model, optimizer and scheduler.
     pub(super) fn fit_hook(
         &mut self,
@@ -144,21 +165,27 @@ where
         mut opt: Optimization<B, M>,
         path: &Path,
     ) -> anyhow::Result<(Optimization<B, M>, Position)> {
-        if trainer.precision().casts_for_compute() {
-            // burn 0.21 rebuilds optimizer state in the device's default float type, which
-            // a mixed precision sets to the low one: the f32 masters' Adam moments would come
-            // back as {low:?} and the first step would fail.
-            let low = dtype::compute_dtype(trainer.precision().precision());
-            anyhow::bail!(
-                "cannot resume fit from {} under a mixed precision yet: burn 0.21 restores the optimizer's state in the device's float type ({low:?}), not in the f32 of the master weights; resume with a true precision, or load the weights only (validate/test/predict)",
-                path.display()
-            );
-        }
         let checkpoint = Checkpoint::decode(&trainer.checkpoint_io().load(path)?, path)?;
         opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
         let device = &trainer.device;
-        let optimizer = checkpoint.record::<B, _>("optimizer", device, path)?;
-        opt.optimizer = opt.optimizer.load_record(optimizer);
+        opt.optimizer = match checkpoint.sections.get("optimizer_state") {
+            Some(description) => {
+                let state = optim::join(description, &checkpoint.optimizer_state)
+                    .with_context(|| format!("{}: the optimizer's state", path.display()))?;
+                let kind = state.values().next().map(|p| p.kind.clone());
+                opt.optimizer
+                    .with_state(state, device)
+                    .with_context(|| {
+                        format!(
+                            "{} holds the state of {} optimizer, which this model's optimizer does not read",
+                            path.display(),
+                            kind.as_deref().unwrap_or("an")
+                        )
+                    })?
+                    .with_context(|| format!("{}: the optimizer's state", path.display()))?
+            }
+            None => Self::restore_record(trainer, opt.optimizer, &checkpoint, path)?,
+        };
         let scheduler = checkpoint.record::<B, _>("scheduler", device, path)?;
         opt.scheduler = opt.scheduler.load_record::<B>(scheduler);
         let precision = &mut trainer.strategy.parts_mut().precision;

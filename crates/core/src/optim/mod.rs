@@ -15,3 +15,7 @@ pub type AdamW<M, B> = OptimizerAdaptor<burn::optim::AdamW, M, B>;
 
 /// SGD, with or without momentum (`SgdConfig::new().init()`), for module `M` on backend `B`.
 pub type Sgd<M, B> = OptimizerAdaptor<burn::optim::Sgd<<B as AutodiffBackend>::InnerBackend>, M, B>;
+
+mod state;
+
+pub use state::{ExactState, NamedTensors, OptimizerState, ParamState, join, split};
