@@ -53,4 +53,5 @@ pub use trainer::module::{
     BatcherFor, EvalBatch, LightningModule, MissingStep, Optimizers, Prediction, SchedulerInterval,
     TrainingModule,
 };
+pub use trainer::scaler::GradScaler;
 pub use trainer::{FitOutcome, Plugin, Trainer, TrainerBuilder};

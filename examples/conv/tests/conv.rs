@@ -6,9 +6,10 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn conv(dir: &Path, args: &[&str]) -> Output {
+    let quiet = args.first() != Some(&"plot");
     Command::new(env!("CARGO_BIN_EXE_conv"))
         .args(args)
-        .args(["--trainer.enable_progress_bar=false"])
+        .args(quiet.then_some("--trainer.enable_progress_bar=false"))
         .current_dir(dir)
         .env("EMBER_INVENTORY", "")
         .output()

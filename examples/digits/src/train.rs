@@ -10,8 +10,7 @@ use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::ElementConversion as _;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use ember::epoch_permutation;
-use ember::trainer::data::Shard;
+use ember::{Shard, epoch_permutation};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Digits, batch_of};

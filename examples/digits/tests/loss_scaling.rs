@@ -13,8 +13,9 @@ use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::trainer::checkpoint::Checkpoint;
 use ember::trainer::dtype;
-use ember::trainer::scaler::GradScaler;
-use ember::{Accelerator, AcceleratorKind, DeviceStats, Plan, Precision, Trainer, TrainerOptions};
+use ember::{
+    Accelerator, AcceleratorKind, DeviceStats, GradScaler, Plan, Precision, Trainer, TrainerOptions,
+};
 
 type B = Autodiff<Flex>;
 

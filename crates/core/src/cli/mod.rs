@@ -27,6 +27,7 @@ use help::names_help;
 pub use ember_plan::Stage;
 
 mod help;
+mod plot;
 
 /// What a job is built from: the stage and the merged, typed config.
 #[derive(Debug, Clone)]
@@ -175,6 +176,9 @@ where
                 ),
             };
         };
+        if sub == plot::NAME {
+            return plot::run(sub_matches);
+        }
         let stage = Stage::ALL
             .into_iter()
             .find(|s| s.name() == sub)
@@ -341,6 +345,7 @@ where
                     .args(stage_args.clone())
                     .after_help(names.clone())
             }))
+            .subcommand(plot::command())
     }
 }
 

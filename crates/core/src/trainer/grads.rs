@@ -123,3 +123,40 @@ pub fn clip<B: AutodiffBackend, M: AutodiffModule<B>>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::{Linear, LinearConfig};
+
+    type B = burn_autodiff::Autodiff<burn_flex::Flex>;
+
+    #[test]
+    fn clipping_bounds_the_global_norm_and_each_value() {
+        let device = Default::default();
+        let model: Linear<B> = LinearConfig::new(4, 1).init(&device);
+        let x = Tensor::<B, 2>::from_data([[1.0, -2.0, 3.0, 0.5], [0.3, 0.2, -1.0, 2.0]], &device);
+        let fresh = || {
+            let loss = model.forward(x.clone()).square().sum() * 1000.0;
+            GradientsParams::from_grads(loss.backward(), &model)
+        };
+        let norm = |g: &GradientsParams| global_norm::<B, _>(&model, g).unwrap().into_scalar();
+        let grads = fresh();
+        assert!(norm(&grads) > 1.0);
+        let mut by_norm = fresh();
+        clip(&model, &mut by_norm, ClipAlgorithm::Norm, 0.5);
+        assert!((norm(&by_norm) - 0.5).abs() < 1e-4, "{}", norm(&by_norm));
+        let mut by_value = fresh();
+        clip(&model, &mut by_value, ClipAlgorithm::Value, 0.01);
+        let w = by_value
+            .get::<burn_flex::Flex, 2>(model.weight.id)
+            .unwrap()
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        assert!(w.iter().all(|g| g.abs() <= 0.01 + 1e-7), "{w:?}");
+        let mut small = fresh();
+        clip(&model, &mut small, ClipAlgorithm::Norm, 1e9);
+        assert_eq!(norm(&small), norm(&grads), "an unclipped norm changed");
+    }
+}

@@ -7,18 +7,18 @@
 
 mod builder;
 pub mod checkpoint;
-pub mod ckpt_path;
+pub(crate) mod ckpt_path;
 pub mod data;
 pub mod dtype;
-pub mod grads;
+pub(crate) mod grads;
 pub mod hparams;
 pub mod log;
-pub mod loops;
+pub(crate) mod loops;
 pub mod module;
 
 mod run;
 pub mod scaler;
-pub mod signals;
+pub(crate) mod signals;
 pub mod summary;
 pub(crate) mod weights;
 
