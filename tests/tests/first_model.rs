@@ -10,8 +10,9 @@ use burn::optim::SgdConfig;
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
+use ember::cpu::CpuAccelerator;
 use ember::prelude::*;
-use ember::{MissingStep, TrainerOptions};
+use ember::{MissingStep, Plan, Precision, TrainerOptions};
 use ember_acceptance::regression::{Batch, FEATURES, Item, ItemBatcher, items, serial};
 use serde::Deserialize;
 use serde_json::json;
@@ -65,7 +66,8 @@ fn trainer(root: &std::path::Path, lr: f64) -> Trainer<B> {
         default_root_dir: root.to_owned(),
         ..TrainerOptions::default()
     };
-    Trainer::<B>::on_device(FlexDevice, options)
+    let plan = Plan::local("cpu", Precision::F32True);
+    Trainer::<B>::new::<CpuAccelerator>(&plan, options)
         .unwrap()
         .with_hparams(json!({"model": {"lr": lr}}))
 }
