@@ -7,6 +7,7 @@
 
 pub mod fault;
 pub mod regression;
+pub mod resume;
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
@@ -66,36 +67,57 @@ planning_only!(PlannedCuda, "cuda", AcceleratorKind::Gpu, Some(20));
 #[cfg(not(feature = "wgpu"))]
 planning_only!(PlannedWgpu, "wgpu", AcceleratorKind::Gpu, Some(10));
 
-/// A CPU-kind accelerator that can run bf16-mixed, to check the 16-mixed → bf16-mixed rule.
-pub struct MixedCpu;
-
-impl Accelerator for MixedCpu {
-    type Backend = Autodiff<Flex>;
-    fn name() -> &'static str {
-        "mixedcpu"
-    }
-    fn description() -> &'static str {
-        "a CPU accelerator that declares bf16-mixed"
-    }
-    fn kind() -> AcceleratorKind {
-        AcceleratorKind::Cpu
-    }
-    fn is_available() -> bool {
-        true
-    }
-    fn auto_device_count() -> usize {
-        1
-    }
-    fn parallel_devices(ids: &[usize]) -> Vec<FlexDevice> {
-        ids.iter().map(|_| FlexDevice).collect()
-    }
-    fn device_stats(_: &FlexDevice) -> DeviceStats {
-        DeviceStats::new()
-    }
-    fn precisions() -> &'static [Precision] {
-        &[Precision::F32True, Precision::Bf16Mixed]
-    }
+/// Defines burn-flex declared as an accelerator of `kind` that runs `precisions`.
+macro_rules! flex_with {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $kind:expr, $precisions:expr) => {
+        $(#[$doc])*
+        pub struct $ty;
+        impl Accelerator for $ty {
+            type Backend = Autodiff<Flex>;
+            fn name() -> &'static str {
+                $name
+            }
+            fn description() -> &'static str {
+                concat!("burn-flex as ", $name, ", for tests")
+            }
+            fn kind() -> AcceleratorKind {
+                $kind
+            }
+            fn is_available() -> bool {
+                true
+            }
+            fn auto_device_count() -> usize {
+                1
+            }
+            fn parallel_devices(ids: &[usize]) -> Vec<FlexDevice> {
+                ids.iter().map(|_| FlexDevice).collect()
+            }
+            fn device_stats(_: &FlexDevice) -> DeviceStats {
+                DeviceStats::new()
+            }
+            fn precisions() -> &'static [Precision] {
+                $precisions
+            }
+        }
+    };
 }
+
+flex_with!(
+    /// A CPU-kind accelerator that can run bf16-mixed, to check the 16-mixed → bf16-mixed rule.
+    MixedCpu,
+    "mixedcpu",
+    AcceleratorKind::Cpu,
+    &[Precision::F32True, Precision::Bf16Mixed]
+);
+
+flex_with!(
+    /// burn-flex declared as an accelerator that runs 16-mixed (the cpu accelerator runs
+    /// 16-mixed as bf16-mixed and needs no loss scaler), for loss-scaling and resume tests.
+    HalfCpu,
+    "halfcpu",
+    AcceleratorKind::Other,
+    &[Precision::F32True, Precision::F16Mixed]
+);
 
 /// This build's registry (real accelerators of the enabled features) plus stand-ins for
 /// tpu and for cuda/wgpu when their features are off.

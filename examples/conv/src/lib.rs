@@ -3,7 +3,6 @@
 //! Its data is the digits example's.
 
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{
     BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig, PaddingConfig2d, Relu,
@@ -14,6 +13,7 @@ use burn::optim::lr_scheduler::exponential::{
 };
 use burn::prelude::*;
 use digits::data::{CLASSES, DigitsBatch, DigitsData};
+use digits::model::loss_and_accuracy;
 use digits::train::DataConfig;
 use ember::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -94,16 +94,7 @@ impl<B: Backend> ConvNet<B> {
     /// Loss and accuracy of one batch, and its size.
     fn evaluate(&self, batch: DigitsBatch<B>) -> (Tensor<B, 1>, Tensor<B, 1>, usize) {
         let n = batch.labels.dims()[0];
-        let logits = self.forward(batch.images);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.clone(), batch.labels.clone());
-        let accuracy = logits
-            .argmax(1)
-            .squeeze_dim::<1>(1)
-            .equal(batch.labels)
-            .float()
-            .mean();
+        let (loss, accuracy) = loss_and_accuracy(self.forward(batch.images), batch.labels);
         (loss, accuracy, n)
     }
 }

@@ -89,18 +89,26 @@ impl<B: Backend> DigitsModel<B> {
     /// Loss and accuracy of one batch, and its size.
     fn evaluate(&self, batch: DigitsBatch<B>) -> (Tensor<B, 1>, Tensor<B, 1>, usize) {
         let n = batch.labels.dims()[0];
-        let logits = self.mlp.forward(batch.images);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.clone(), batch.labels.clone());
-        let accuracy = logits
-            .argmax(1)
-            .squeeze_dim::<1>(1)
-            .equal(batch.labels)
-            .float()
-            .mean();
+        let (loss, accuracy) = loss_and_accuracy(self.mlp.forward(batch.images), batch.labels);
         (loss, accuracy, n)
     }
+}
+
+/// Mean cross-entropy and accuracy of `logits` `[n, 10]` against `labels` `[n]`.
+pub fn loss_and_accuracy<B: Backend>(
+    logits: Tensor<B, 2>,
+    labels: Tensor<B, 1, Int>,
+) -> (Tensor<B, 1>, Tensor<B, 1>) {
+    let loss = CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits.clone(), labels.clone());
+    let accuracy = logits
+        .argmax(1)
+        .squeeze_dim::<1>(1)
+        .equal(labels)
+        .float()
+        .mean();
+    (loss, accuracy)
 }
 
 impl<B: Backend> LightningModule<B> for DigitsModel<B> {

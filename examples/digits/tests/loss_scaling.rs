@@ -7,48 +7,16 @@ use burn::nn::LinearConfig;
 use burn::optim::GradientsParams;
 use burn::tensor::{DType, Tensor, TensorData};
 use burn_autodiff::Autodiff;
-use burn_flex::{Flex, FlexDevice};
+use burn_flex::Flex;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::trainer::checkpoint::Checkpoint;
 use ember::trainer::dtype;
-use ember::{
-    Accelerator, AcceleratorKind, DeviceStats, GradScaler, Plan, Precision, Trainer, TrainerOptions,
-};
+use ember::{GradScaler, Plan, Precision, Trainer, TrainerOptions};
+use ember_acceptance::HalfCpu;
 
 type B = Autodiff<Flex>;
-
-/// burn-flex declared as an accelerator that runs 16-mixed.
-struct HalfCpu;
-
-impl Accelerator for HalfCpu {
-    type Backend = B;
-    fn name() -> &'static str {
-        "halfcpu"
-    }
-    fn description() -> &'static str {
-        "burn-flex with 16-mixed, for loss-scaling tests"
-    }
-    fn kind() -> AcceleratorKind {
-        AcceleratorKind::Other
-    }
-    fn is_available() -> bool {
-        true
-    }
-    fn auto_device_count() -> usize {
-        1
-    }
-    fn parallel_devices(ids: &[usize]) -> Vec<FlexDevice> {
-        ids.iter().map(|_| FlexDevice).collect()
-    }
-    fn device_stats(_: &FlexDevice) -> DeviceStats {
-        DeviceStats::new()
-    }
-    fn precisions() -> &'static [Precision] {
-        &[Precision::F32True, Precision::F16Mixed]
-    }
-}
 
 fn plan() -> Plan {
     Plan::local("halfcpu", Precision::F16Mixed)

@@ -4,53 +4,13 @@
 //! learning rate decays per epoch. Each precision is its own test binary: a process trains in
 //! one float type per device.
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
 use convnet::{ConvConfig, ConvNet};
 use digits::data::DigitsData;
 use digits::train::DataConfig;
-use ember::callbacks::{Callback, CallbackContext};
 use ember::{Accelerator, Plan, Trainer, TrainerOptions};
-
-/// Records `(step, train_loss bits)` after every batch; optionally saves a checkpoint and
-/// stops the run at step `stop_at`.
-struct Losses {
-    seen: Rc<RefCell<Vec<(u64, u64)>>>,
-    stop_at: Option<(u64, PathBuf)>,
-}
-
-impl Callback for Losses {
-    fn name(&self) -> &str {
-        "Losses"
-    }
-    fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        let loss = ctx.state.callback_metrics["train_loss"];
-        self.seen
-            .borrow_mut()
-            .push((ctx.state.global_step, loss.to_bits()));
-        if let Some((step, path)) = &self.stop_at
-            && ctx.state.global_step == *step
-        {
-            ctx.save_checkpoint(path)?;
-            ctx.state.should_stop = true;
-        }
-        Ok(())
-    }
-}
-
-/// Every float tensor's bytes (weights and running statistics), in visit order.
-struct Bytes(Vec<Vec<u8>>);
-
-impl<B: Backend> ModuleVisitor<B> for Bytes {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0.push(param.val().into_data().as_bytes().to_vec());
-    }
-}
+use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
 
 /// Losses and final weights of a 2-epoch fit on accelerator `A` under `plan`.
 fn run<A: Accelerator>(
@@ -69,21 +29,19 @@ fn run<A: Accelerator>(
         ckpt_path,
         ..TrainerOptions::default()
     };
-    let seen = Rc::new(RefCell::new(Vec::new()));
+    let seen = Losses::default();
     let mut trainer = Trainer::<A::Backend>::new::<A>(plan, options)
         .unwrap()
-        .with_callback(Losses {
-            seen: Rc::clone(&seen),
+        .with_callback(RecordLosses {
+            seen: seen.clone(),
             stop_at,
         });
     let model = ConvNet::<A::Backend>::new(&ConvConfig::default(), trainer.device());
     let out = trainer
         .fit(model, &mut DigitsData::new(DataConfig::default()))
         .unwrap();
-    let mut bytes = Bytes(Vec::new());
-    out.model.visit(&mut bytes);
     let losses = seen.borrow().clone();
-    (losses, bytes.0)
+    (losses, float_bytes(&out.model))
 }
 
 /// Stops a fit in the middle of its second epoch, resumes it, and compares with an
