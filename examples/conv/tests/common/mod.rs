@@ -12,16 +12,32 @@ use digits::train::DataConfig;
 use ember::{Accelerator, Plan, Trainer, TrainerOptions};
 use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
 
-/// Losses and final weights of a 2-epoch fit on accelerator `A` under `plan`.
+/// Where a fit stops early.
+#[derive(Clone)]
+enum Stop {
+    /// A callback saves a checkpoint after this step and stops the fit.
+    SaveAt(u64, PathBuf),
+    /// `max_steps`: the fit ends there, and ModelCheckpoint writes its checkpoint.
+    MaxSteps(u64),
+}
+
+/// What a fit did: its losses, its final float tensors, and the checkpoint it ended with.
+type Fit = (Vec<(u64, u64)>, Vec<Vec<u8>>, Option<PathBuf>);
+
+/// A 2-epoch fit (23 batches each) on accelerator `A` under `plan`.
 fn run<A: Accelerator>(
     plan: &Plan,
     root: &Path,
     ckpt_path: Option<PathBuf>,
-    stop_at: Option<(u64, PathBuf)>,
-) -> (Vec<(u64, u64)>, Vec<Vec<u8>>) {
+    stop: Option<Stop>,
+) -> Fit {
     let options = TrainerOptions {
         seed: Some(42),
         max_epochs: Some(2),
+        max_steps: match &stop {
+            Some(Stop::MaxSteps(n)) => Some(*n),
+            _ => None,
+        },
         log_every_n_steps: 1,
         enable_progress_bar: false,
         enable_model_summary: false,
@@ -30,6 +46,10 @@ fn run<A: Accelerator>(
         ..TrainerOptions::default()
     };
     let seen = Losses::default();
+    let stop_at = match stop {
+        Some(Stop::SaveAt(step, path)) => Some((step, path)),
+        _ => None,
+    };
     let mut trainer = Trainer::<A::Backend>::new::<A>(plan, options)
         .unwrap()
         .with_callback(RecordLosses {
@@ -41,32 +61,41 @@ fn run<A: Accelerator>(
         .fit(model, &mut DigitsData::new(DataConfig::default()))
         .unwrap();
     let losses = seen.borrow().clone();
-    (losses, float_bytes(&out.model))
+    (losses, float_bytes(&out.model), out.best_model_path)
 }
 
-/// Stops a fit in the middle of its second epoch, resumes it, and compares with an
-/// uninterrupted fit.
+/// Stops a fit in the middle of its second epoch (a callback saves at step 30), at the end of
+/// its first (step 23), and by `max_steps` in the middle of the second (ModelCheckpoint's
+/// checkpoint, written when the shortened epoch ends), resumes each, and compares with an
+/// uninterrupted fit: the losses and every float tensor (weights, batch-norm statistics).
 pub fn resumes_bitwise<A: Accelerator>(plan: &Plan) {
     let dir = tempfile::tempdir().unwrap();
-    let (all, weights) = run::<A>(plan, dir.path(), None, None);
+    let (all, weights, _) = run::<A>(plan, dir.path(), None, None);
     assert_eq!(all.len(), 46, "2 epochs of 23 batches");
-
-    // Step 30 = epoch 1, batch 6.
-    let ckpt = dir.path().join("stopped.ckpt");
-    let (first, _) = run::<A>(plan, dir.path(), None, Some((30, ckpt.clone())));
-    assert_eq!(first.len(), 30);
-    let (rest, resumed_weights) = run::<A>(plan, dir.path(), Some(ckpt), None);
-    assert_eq!(rest.first().map(|(step, _)| *step), Some(31));
-
-    let joined: Vec<(u64, u64)> = first.into_iter().chain(rest).collect();
-    assert!(
-        joined == all,
-        "{}: the resumed fit's losses differ from the uninterrupted fit's",
-        plan.precision
-    );
-    assert!(
-        resumed_weights == weights,
-        "{}: the resumed fit's weights differ from the uninterrupted fit's",
-        plan.precision
-    );
+    let stops = [
+        Stop::SaveAt(30, dir.path().join("step30.ckpt")),
+        Stop::SaveAt(23, dir.path().join("step23.ckpt")),
+        Stop::MaxSteps(30),
+    ];
+    for stop in stops {
+        let (first, _, written) = run::<A>(plan, dir.path(), None, Some(stop.clone()));
+        let (at, ckpt) = match stop {
+            Stop::SaveAt(step, path) => (step, path),
+            Stop::MaxSteps(step) => (step, written.expect("ModelCheckpoint wrote one")),
+        };
+        assert_eq!(first.len() as u64, at);
+        let (rest, resumed_weights, _) = run::<A>(plan, dir.path(), Some(ckpt), None);
+        assert_eq!(rest.first().map(|(step, _)| *step), Some(at + 1));
+        let joined: Vec<(u64, u64)> = first.into_iter().chain(rest).collect();
+        assert!(
+            joined == all,
+            "{}, stopped at step {at}: the resumed fit's losses differ from the uninterrupted fit's",
+            plan.precision
+        );
+        assert!(
+            resumed_weights == weights,
+            "{}, stopped at step {at}: the resumed fit's weights differ from the uninterrupted fit's",
+            plan.precision
+        );
+    }
 }

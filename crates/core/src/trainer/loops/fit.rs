@@ -93,21 +93,18 @@ where
         }
         let Optimizers {
             optimizer,
-            mut scheduler,
+            scheduler,
             interval,
         } = model
             .configure_optimizers(&Hparams::new(&trainer.hparams))
             .context("configure_optimizers")?;
-        let lr = match interval {
-            SchedulerInterval::Epoch => scheduler.step(),
-            SchedulerInterval::Step => f64::NAN,
-        };
         let mut opt = Optimization {
             model,
             optimizer,
             scheduler,
             interval,
-            lr,
+            // Set by the scheduler when the first step (or epoch) begins.
+            lr: f64::NAN,
             accumulator: GradientsAccumulator::new(),
         };
         let mut position = Position::default();
@@ -222,6 +219,7 @@ where
         run.state.global_step = h.global_step;
         run.state.learning_rate = h.learning_rate;
         if opt.interval == SchedulerInterval::Epoch {
+            // A fit resumed within an epoch keeps the rate the scheduler gave that epoch.
             opt.lr = h.learning_rate;
         }
         let (epoch, skip) = schedule.resume_at(h.epoch, usize::try_from(h.batches_done)?);

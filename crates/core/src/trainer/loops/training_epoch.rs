@@ -36,6 +36,12 @@ where
         let epoch = self.position.epoch;
         self.run.state.epoch = epoch;
         self.run.state.batches_done = self.position.skip;
+        // A per-epoch scheduler steps when an epoch begins, so a checkpoint written anywhere
+        // in epoch e holds the scheduler as it was for e; an epoch resumed part-way through
+        // keeps the rate it had.
+        if self.opt.interval == SchedulerInterval::Epoch && self.position.skip == 0 {
+            self.opt.lr = self.opt.scheduler.step();
+        }
         self.fit_hook(|c, x| c.on_train_epoch_start(x))?;
         let batches = train.batch_indices(self.trainer.seed, epoch);
         let resumed_at = std::mem::take(&mut self.position.skip);
@@ -70,9 +76,6 @@ where
         }
         let epoch_metrics = self.collector.take_epoch(self.trainer.ranks())?;
         self.run.publish(&epoch_metrics, false)?;
-        if self.opt.interval == SchedulerInterval::Epoch {
-            self.opt.lr = self.opt.scheduler.step();
-        }
         self.fit_hook(|c, x| c.on_train_epoch_end(x))?;
         self.run.state.should_stop = self.agree_on_stop(None, self.run.state.should_stop)?.1;
         self.run.loggers.save()?;
