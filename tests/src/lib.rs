@@ -119,6 +119,19 @@ flex_with!(
     &[Precision::F32True, Precision::F16Mixed]
 );
 
+/// Whether OpenMPI's mpirun runs here; prints a skip message when it does not (the tests that
+/// start ranks return early then).
+pub fn mpirun_available() -> bool {
+    let found = std::process::Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("skipped: OpenMPI's mpirun is not installed (scripts/setup.sh installs it)");
+    }
+    found
+}
+
 /// This build's registry (real accelerators of the enabled features) plus stand-ins for
 /// tpu and for cuda/wgpu when their features are off.
 pub fn registry<J: Job>() -> Registry<J> {

@@ -3,9 +3,10 @@
 //! validate and predict; a two-rank fit cut short by max_steps resumes bitwise.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use ember::trainer::checkpoint::Checkpoint;
+use ember_acceptance::mpirun_available;
 
 fn conv(dir: &Path, args: &[&str]) -> Output {
     let quiet = args.first() != Some(&"plot");
@@ -81,20 +82,6 @@ fn trains_to_97_percent_in_bf16_mixed() {
     assert!(val_acc >= 0.97, "val_acc {val_acc}: {stdout}");
 }
 
-/// OpenMPI's mpirun, or a skip message.
-fn mpirun() -> bool {
-    let ok = Command::new("mpirun")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: OpenMPI's mpirun is not installed (scripts/setup.sh installs it)");
-    }
-    ok
-}
-
 /// The tensors of the checkpoint a fit in `dir` ended with: the weights, and the optimizer's
 /// state under its parameter's path (parameter ids are drawn afresh by every run).
 fn final_tensors(dir: &Path, version: usize) -> std::collections::BTreeMap<String, Vec<u8>> {
@@ -131,7 +118,7 @@ fn final_tensors(dir: &Path, version: usize) -> std::collections::BTreeMap<Strin
 
 #[test]
 fn a_two_rank_fit_cut_short_resumes_bitwise() {
-    if !mpirun() {
+    if !mpirun_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -160,7 +147,7 @@ fn a_two_rank_fit_cut_short_resumes_bitwise() {
 
 #[test]
 fn trains_to_97_percent_with_two_ranks_and_synchronised_batch_norm() {
-    if !mpirun() {
+    if !mpirun_available() {
         return;
     }
     // ddp's teardown fails the run unless every rank ends with rank 0's weights, and with

@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use ember_acceptance::mpirun_available;
+
 fn app_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_custom_plugins"));
     command
@@ -151,17 +153,6 @@ fn an_unknown_plugin_exits_2_listing_the_registered_ones() {
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "nothing is written"
     );
-}
-
-fn mpirun_available() -> bool {
-    let found = Command::new("mpirun")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("skipped: OpenMPI's mpirun is not installed (scripts/setup.sh installs it)");
-    }
-    found
 }
 
 #[test]

@@ -16,22 +16,9 @@ use burn_flex::{Flex, FlexDevice};
 use digits::model::{DigitsModel, Mlp, ModelConfig};
 use digits::train::{DataConfig, train_shards_by_hand};
 use ember::trainer::checkpoint::Checkpoint;
+use ember_acceptance::mpirun_available;
 
 type B = Autodiff<Flex>;
-
-/// Whether OpenMPI's launcher is here; tests that need it say so and pass when it is not.
-fn mpirun_available() -> bool {
-    let ok = Command::new("mpirun")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: OpenMPI's mpirun is not installed (scripts/setup.sh installs it)");
-    }
-    ok
-}
 
 fn digits(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_digits"))
