@@ -80,6 +80,10 @@ pub trait LightningModule<B: Backend>: Module<B> {
     /// Logs the metrics of one test batch; by default the validation step (same metric names).
     fn test_step(&self, batch: Self::Batch, log: &mut StepLog<B>) {
         self.validation_step(batch, log);
+        // A model with neither step lacks test_step, the one `test` asked for.
+        if log.take_missing().is_some() {
+            log.missing_step("test_step");
+        }
     }
 
     /// The prediction for one batch: anything serializable, e.g. `Prediction::of(&classes)`.

@@ -54,8 +54,7 @@ impl EvaluationLoop {
                 model.validation_step(batch, &mut log);
             }
             if let Some(step) = log.take_missing() {
-                // The default test_step is the validation step: a model with neither lacks test_step.
-                return Err(MissingStep(if test { "test_step" } else { step }).into());
+                return Err(MissingStep(step).into());
             }
             collector.collect(&mut log, false);
             run.state.batch_idx = i;
