@@ -251,21 +251,15 @@ impl Checkpoint {
                 .map(|(n, d)| (n.clone(), crc32(d.as_bytes())))
                 .collect(),
         };
-        let tensors: Vec<(String, TensorData)> = weights
-            .into_iter()
-            .map(|(n, _, d)| (n, d))
-            .chain(
-                optimizer_state
-                    .into_iter()
-                    .map(|(n, d)| (format!("{STATE_PREFIX}{n}"), d)),
-            )
-            .collect();
-        Self::encode_header(&header, &tensors, &sections)
+        let weights: Vec<(String, TensorData)> =
+            weights.into_iter().map(|(n, _, d)| (n, d)).collect();
+        Self::encode_header(&header, &weights, &optimizer_state, &sections)
     }
 
     fn encode_header(
         header: &CheckpointHeader,
         weights: &[(String, TensorData)],
+        optimizer_state: &[(String, TensorData)],
         sections: &[(String, Vec<u8>)],
     ) -> anyhow::Result<Vec<u8>> {
         let json = serde_json::to_string(header)?;
@@ -276,25 +270,24 @@ impl Checkpoint {
             ),
             (HEADER_KEY.to_owned(), json),
         ]);
-        let mut views = Vec::with_capacity(weights.len() + sections.len());
-        let state_names: std::collections::HashSet<String> = header
-            .optimizer_state
-            .iter()
-            .map(|(n, _)| format!("{STATE_PREFIX}{n}"))
-            .collect();
-        for (name, data) in weights {
+        let mut views = Vec::with_capacity(weights.len() + optimizer_state.len() + sections.len());
+        for (name, _) in weights {
             ensure!(
-                !name.starts_with(SECTION_PREFIX)
-                    && (!name.starts_with(STATE_PREFIX) || state_names.contains(name)),
+                !name.starts_with(SECTION_PREFIX) && !name.starts_with(STATE_PREFIX),
                 "parameter name {name} uses a reserved prefix ({SECTION_PREFIX} or {STATE_PREFIX})"
             );
+        }
+        let state = optimizer_state
+            .iter()
+            .map(|(name, data)| (format!("{STATE_PREFIX}{name}"), data));
+        for (name, data) in weights.iter().map(|(n, d)| (n.clone(), d)).chain(state) {
             let view = TensorView::new(
                 to_safetensors(data.dtype)?,
                 data.shape.to_vec(),
                 data.as_bytes(),
             )
-            .map_err(|e| anyhow!("parameter {name}: {e}"))?;
-            views.push((name.clone(), view));
+            .map_err(|e| anyhow!("tensor {name}: {e}"))?;
+            views.push((name, view));
         }
         for (name, bytes) in sections {
             let view = TensorView::new(Dtype::U8, vec![bytes.len()], bytes)
@@ -485,7 +478,7 @@ mod tests {
         future.format_version = 9;
         let weights: Vec<(String, TensorData)> = ck.weights.clone().into_iter().collect();
         let sections: Vec<(String, Vec<u8>)> = ck.sections.clone().into_iter().collect();
-        let wrong = Checkpoint::encode_header(&future, &weights, &sections).unwrap();
+        let wrong = Checkpoint::encode_header(&future, &weights, &[], &sections).unwrap();
         let e = Checkpoint::decode(&wrong, path).unwrap_err();
         assert!(e.to_string().contains("version 9"), "{e}");
     }
