@@ -15,6 +15,7 @@ use burn::prelude::*;
 use digits::data::{CLASSES, DigitsBatch, DigitsData};
 use digits::model::loss_and_accuracy;
 use digits::train::DataConfig;
+use ember::FlagError;
 use ember::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -136,9 +137,19 @@ impl<B: AutodiffBackend> TrainingModule<B> for ConvNet<B> {
         hparams: &Hparams,
     ) -> anyhow::Result<Optimizers<Self::Optimizer, Self::Scheduler>> {
         let config: ConvConfig = hparams.model()?;
+        // The exponential schedule takes a rate and a factor in (0, 1]; a value outside is
+        // bad input, named as the flag that set it.
+        for (flag, value) in [
+            ("--model.lr", config.lr),
+            ("--model.lr_decay", config.lr_decay),
+        ] {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(FlagError::new(flag, value.to_string(), "a number in (0, 1]").into());
+            }
+        }
         let scheduler = ExponentialLrSchedulerConfig::new(config.lr, config.lr_decay)
             .init()
-            .map_err(|e| anyhow::anyhow!("model.lr / model.lr_decay: {e}"))?;
+            .map_err(anyhow::Error::msg)?;
         Ok(Optimizers::new(AdamConfig::new().init(), scheduler).per_epoch())
     }
 }

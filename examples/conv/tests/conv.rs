@@ -44,7 +44,7 @@ fn fit(args: &[&str]) -> (tempfile::TempDir, String) {
 }
 
 #[test]
-fn trains_to_97_percent_on_cpu_and_its_checkpoint_validates_and_predicts() {
+fn trains_to_97_percent_on_cpu_and_its_checkpoint_validates_predicts_and_plots() {
     let (dir, stdout) = fit(&[]);
     let val_acc = reported(&stdout, "val_acc");
     assert!(val_acc >= 0.97, "val_acc {val_acc}: {stdout}");
@@ -73,6 +73,29 @@ fn trains_to_97_percent_on_cpu_and_its_checkpoint_validates_and_predicts() {
         "one digit per held-out image (20% of each class)"
     );
     assert!(digits.iter().all(|d| (0..10).contains(d)));
+
+    // `conv plot LOGDIR` draws the curves again; a directory without metrics is bad input.
+    let curves = dir.path().join("lightning_logs/version_0/curves.png");
+    std::fs::remove_file(&curves).unwrap();
+    let plot = conv(dir.path(), &["plot", "lightning_logs/version_0"]);
+    assert!(plot.status.success(), "{}", text(&plot.stderr));
+    assert!(curves.exists());
+    let missing = conv(dir.path(), &["plot", "nowhere"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing.stderr).contains("LOGDIR value `nowhere`"),
+        "{}",
+        text(&missing.stderr)
+    );
+
+    // A rate the exponential schedule cannot take is bad input, named as its flag.
+    let bad = conv(dir.path(), &["fit", "--model.lr_decay=1.5"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("--model.lr_decay value `1.5`"),
+        "{}",
+        text(&bad.stderr)
+    );
 }
 
 #[test]

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use clap::{Arg, ArgMatches, Command};
 
 use super::CliOutcome;
+use crate::error::FlagError;
+use crate::loggers::METRICS_FILE;
 use crate::loggers::curves::{CURVES_FILE, write};
 
 /// The subcommand's name.
@@ -29,6 +31,17 @@ pub(super) fn run<O>(matches: &ArgMatches) -> CliOutcome<O> {
     let dir = matches
         .get_one::<PathBuf>("log_dir")
         .expect("clap requires LOGDIR");
+    if !dir.join(METRICS_FILE).is_file() {
+        return CliOutcome::Failed {
+            code: 2,
+            message: FlagError::new(
+                "LOGDIR",
+                dir.display().to_string(),
+                format!("a run's log directory, which holds {METRICS_FILE}"),
+            )
+            .to_string(),
+        };
+    }
     match write(dir) {
         Ok(()) => CliOutcome::Printed(format!("wrote {}", dir.join(CURVES_FILE).display())),
         Err(e) => CliOutcome::Failed {
