@@ -42,6 +42,7 @@ pub use plan::{Launcher, Plan};
 pub use plugins::access::{Gradients, Weights};
 pub use plugins::ddp::Ddp;
 pub use plugins::precision::{MixedPrecision, PrecisionPlugin, TruePrecision};
+pub use plugins::sharded::DdpSharded;
 pub use plugins::strategy::{SingleDevice, Strategy, StrategyParts};
 pub use precision::Precision;
 pub use registry::{Registry, RegistryError};

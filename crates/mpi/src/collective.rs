@@ -10,6 +10,7 @@ use ember_plan::collective::{Collective, ReduceOp};
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
+use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
@@ -72,6 +73,48 @@ impl MpiCollective {
         Ok(())
     }
 
+    /// Reduce-scatters `buf` into `out` with `MPI_Reduce_scatter` (rsmpi wraps only the
+    /// equal-parts variant).
+    fn reduce_scatter<T: Equivalence>(
+        &self,
+        buf: &[T],
+        counts: &[usize],
+        out: &mut [T],
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        let counts = counts
+            .iter()
+            .map(|&c| {
+                i32::try_from(c).context("reduce_scatter takes at most 2^31 elements per rank")
+            })
+            .collect::<anyhow::Result<Vec<i32>>>()?;
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let own = counts.get(self.rank()).copied().unwrap_or(0) as usize;
+        anyhow::ensure!(
+            counts.len() == self.world_size() && total == buf.len() && own == out.len(),
+            "reduce_scatter: parts {counts:?} for {} ranks, {} elements in, {} out",
+            self.world_size(),
+            buf.len(),
+            out.len()
+        );
+        let code = self.timed("reduce_scatter", || {
+            // SAFETY: `buf` holds the sum of `counts` elements and `out` this rank's count, both
+            // of T's MPI datatype; the communicator and operation are live rsmpi handles.
+            unsafe {
+                mpi::ffi::MPI_Reduce_scatter(
+                    buf.as_ptr().cast(),
+                    out.as_mut_ptr().cast(),
+                    counts.as_ptr(),
+                    T::equivalent_datatype().as_raw(),
+                    operation(op).as_raw(),
+                    self.world.as_raw(),
+                )
+            }
+        });
+        anyhow::ensure!(code == 0, "MPI_Reduce_scatter failed with code {code}");
+        Ok(())
+    }
+
     /// Runs one collective under the watchdog.
     fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
         *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some((op, Instant::now()));
@@ -109,6 +152,18 @@ fn spawn_watchdog(in_flight: InFlight, rank: usize, timeout: Duration) {
             }
         })
         .expect("the watchdog thread starts");
+}
+
+/// Where each of the consecutive parts of `counts` elements starts.
+fn offsets(counts: &[i32]) -> Vec<i32> {
+    counts
+        .iter()
+        .scan(0i32, |at, &c| {
+            let d = *at;
+            *at += c;
+            Some(d)
+        })
+        .collect()
 }
 
 fn operation(op: ReduceOp) -> SystemOperation {
@@ -157,14 +212,7 @@ impl Collective for MpiCollective {
         self.timed("all_gather", || {
             self.world.all_gather_into(&own, &mut counts[..])
         });
-        let displs: Vec<i32> = counts
-            .iter()
-            .scan(0i32, |at, &c| {
-                let d = *at;
-                *at += c;
-                Some(d)
-            })
-            .collect();
+        let displs = offsets(&counts);
         let mut all = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
         {
             let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
@@ -177,6 +225,51 @@ impl Collective for MpiCollective {
             .zip(&displs)
             .map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec())
             .collect())
+    }
+
+    fn reduce_scatter_f32(
+        &self,
+        buf: &[f32],
+        counts: &[usize],
+        out: &mut [f32],
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        self.reduce_scatter(buf, counts, out, op)
+    }
+
+    fn reduce_scatter_f64(
+        &self,
+        buf: &[f64],
+        counts: &[usize],
+        out: &mut [f64],
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        self.reduce_scatter(buf, counts, out, op)
+    }
+
+    fn all_gather_into(
+        &self,
+        bytes: &[u8],
+        counts: &[usize],
+        out: &mut [u8],
+    ) -> anyhow::Result<()> {
+        let counts = counts
+            .iter()
+            .map(|&c| i32::try_from(c).context("all_gather takes at most 2 GiB per rank"))
+            .collect::<anyhow::Result<Vec<i32>>>()?;
+        let displs = offsets(&counts);
+        let own = counts.get(self.rank()).copied().unwrap_or(-1);
+        anyhow::ensure!(
+            counts.len() == self.world_size() && own as usize == bytes.len(),
+            "all_gather_into: parts {counts:?} for {} ranks; this rank has {} bytes",
+            self.world_size(),
+            bytes.len()
+        );
+        let mut partition = PartitionMut::new(out, &counts[..], &displs[..]);
+        self.timed("all_gather", || {
+            self.world.all_gather_varcount_into(bytes, &mut partition)
+        });
+        Ok(())
     }
 
     fn abort(&self, code: i32) -> ! {

@@ -53,9 +53,80 @@ pub trait Collective {
     /// Every rank's bytes, in rank order (lengths may differ between ranks).
     fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>>;
 
+    /// Combines `buf` element-wise across ranks and leaves each rank only its own part:
+    /// `buf` is `counts.len()` consecutive parts, rank r's `counts[r]` long, and this rank's
+    /// combined part goes to `out`. `counts` is the same on every rank. The default
+    /// all-reduces a copy of `buf` (for collectives without a reduce-scatter of their own).
+    fn reduce_scatter_f32(
+        &self,
+        buf: &[f32],
+        counts: &[usize],
+        out: &mut [f32],
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        let mut all = buf.to_vec();
+        self.all_reduce_f32(&mut all, op)?;
+        own_part(&all, counts, self.rank(), out)
+    }
+
+    /// [`reduce_scatter_f32`](Self::reduce_scatter_f32) in f64.
+    fn reduce_scatter_f64(
+        &self,
+        buf: &[f64],
+        counts: &[usize],
+        out: &mut [f64],
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        let mut all = buf.to_vec();
+        self.all_reduce_f64(&mut all, op)?;
+        own_part(&all, counts, self.rank(), out)
+    }
+
+    /// Every rank's bytes, concatenated in rank order into `out`, whose parts' lengths
+    /// (`counts`, one per rank, the same on every rank) are known beforehand; `bytes` is
+    /// `counts[rank]` long. The default goes through [`all_gather`](Self::all_gather).
+    fn all_gather_into(
+        &self,
+        bytes: &[u8],
+        counts: &[usize],
+        out: &mut [u8],
+    ) -> anyhow::Result<()> {
+        let parts = self.all_gather(bytes)?;
+        let mut at = 0;
+        for (rank, (part, &count)) in parts.iter().zip(counts).enumerate() {
+            anyhow::ensure!(
+                part.len() == count,
+                "all_gather_into: rank {rank} sent {} bytes, {count} were expected",
+                part.len()
+            );
+            out[at..at + count].copy_from_slice(part);
+            at += count;
+        }
+        Ok(())
+    }
+
     /// Ends every process of the run with `code` (after this rank failed): no rank is left
     /// waiting in a collective for this one.
     fn abort(&self, code: i32) -> !;
+}
+
+/// Copies this rank's part of `all` (parts of `counts` elements, in rank order) into `out`.
+fn own_part<T: Copy>(
+    all: &[T],
+    counts: &[usize],
+    rank: usize,
+    out: &mut [T],
+) -> anyhow::Result<()> {
+    let start: usize = counts[..rank].iter().sum();
+    let len = counts[rank];
+    anyhow::ensure!(
+        start + len <= all.len() && out.len() == len,
+        "reduce_scatter: {} elements with parts {counts:?} and an output of {}",
+        all.len(),
+        out.len()
+    );
+    out.copy_from_slice(&all[start..start + len]);
+    Ok(())
 }
 
 /// The collective of a one-process run: every operation is the identity.

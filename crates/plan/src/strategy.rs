@@ -28,6 +28,8 @@ impl StrategyInfo {
 pub const SINGLE_DEVICE: &str = "single_device";
 /// Name of the distributed data parallel strategy.
 pub const DDP: &str = "ddp";
+/// Name of the sharded data parallel strategy (optimizer state and gradients partitioned).
+pub const DDP_SHARDED: &str = "ddp_sharded";
 
 /// The strategies every registry starts with.
 pub fn builtin_strategies() -> Vec<StrategyInfo> {
@@ -36,6 +38,11 @@ pub fn builtin_strategies() -> Vec<StrategyInfo> {
         StrategyInfo::new(
             DDP,
             "distributed data parallel: one process per device, gradients all-reduced",
+            true,
+        ),
+        StrategyInfo::new(
+            DDP_SHARDED,
+            "sharded data parallel: ddp with the optimizer state and gradients partitioned over the ranks",
             true,
         ),
     ]

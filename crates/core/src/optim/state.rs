@@ -50,6 +50,14 @@ pub trait ExactState<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M, B> 
         None
     }
 
+    /// The parameters this optimizer keeps state for, each with the bytes of its state, read
+    /// without copying the state; `param_bytes` are the parameters' own sizes (SGD's velocity
+    /// has its parameter's). `None`: not readable this way.
+    fn state_bytes(&self, param_bytes: &HashMap<ParamId, u64>) -> Option<Vec<(ParamId, u64)>> {
+        let _ = param_bytes;
+        None
+    }
+
     /// This optimizer with `state` loaded on `device`, every tensor in the dtype it was saved
     /// in. `None`: not loadable this way.
     fn with_state(self, state: OptimizerState, device: &B::Device) -> Option<anyhow::Result<Self>>
@@ -90,6 +98,27 @@ where
             };
         }
         Some(Ok(out))
+    }
+
+    fn state_bytes(&self, param_bytes: &HashMap<ParamId, u64>) -> Option<Vec<(ParamId, u64)>> {
+        let mut out = Vec::new();
+        for (id, record) in self.to_record() {
+            let AdaptorRecord::V1(record) = record;
+            let param = param_bytes.get(&id).copied().unwrap_or(0);
+            let bytes = match record {
+                AdaptorRecordV1::Rank0(s) => size::<B::InnerBackend, 0>(Box::new(s), param),
+                AdaptorRecordV1::Rank1(s) => size::<B::InnerBackend, 1>(Box::new(s), param),
+                AdaptorRecordV1::Rank2(s) => size::<B::InnerBackend, 2>(Box::new(s), param),
+                AdaptorRecordV1::Rank3(s) => size::<B::InnerBackend, 3>(Box::new(s), param),
+                AdaptorRecordV1::Rank4(s) => size::<B::InnerBackend, 4>(Box::new(s), param),
+                AdaptorRecordV1::Rank5(s) => size::<B::InnerBackend, 5>(Box::new(s), param),
+                AdaptorRecordV1::Rank6(s) => size::<B::InnerBackend, 6>(Box::new(s), param),
+                AdaptorRecordV1::Rank7(s) => size::<B::InnerBackend, 7>(Box::new(s), param),
+                AdaptorRecordV1::Rank8(s) => size::<B::InnerBackend, 8>(Box::new(s), param),
+            };
+            out.push((id, bytes?));
+        }
+        Some(out)
     }
 
     fn with_state(self, state: OptimizerState, device: &B::Device) -> Option<anyhow::Result<Self>> {
@@ -145,6 +174,25 @@ fn read<B: Backend, const D: usize>(
         };
     }
     Some(Ok(out))
+}
+
+/// The bytes of one parameter's state of rank `D` (`param`: the parameter's own), if it is
+/// one ember reads.
+fn size<B: Backend, const D: usize>(state: Box<dyn Any>, param: u64) -> Option<u64> {
+    let bytes = |t: &Tensor<B, D>| (t.shape().num_elements() * t.dtype().size()) as u64;
+    let moments = |m: &AdaptiveMomentumState<B, D>| {
+        bytes(&m.moment_1) + bytes(&m.moment_2) + m.max_moment_2.as_ref().map_or(0, bytes)
+    };
+    let state = match state.downcast::<AdamState<B, D>>() {
+        Ok(adam) => return Some(moments(&adam.momentum)),
+        Err(other) => other,
+    };
+    let state = match state.downcast::<AdamWState<B, D>>() {
+        Ok(adamw) => return Some(moments(&adamw.momentum)),
+        Err(other) => other,
+    };
+    let sgd = state.downcast::<SgdState<B, D>>().ok()?;
+    Some(if sgd.momentum.is_some() { param } else { 0 })
 }
 
 /// Adam's and AdamW's state: the step count and the moments.

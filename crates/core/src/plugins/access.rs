@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
 
 use crate::options::ClipAlgorithm;
 use crate::trainer::grads;
@@ -35,6 +35,20 @@ pub trait Gradients {
     /// Clips on the device: by global norm or by value, as `gradient_clip_algorithm` says.
     fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64);
 
+    /// Each gradient's sum of squares (one element, in the gradient's dtype), in visit order
+    /// (one host read): the parts a strategy whose ranks hold different gradients gathers to
+    /// compute the global norm with [`norm_of_squares`](Self::norm_of_squares).
+    fn squares(&self) -> Vec<(ParamId, TensorData)>;
+
+    /// The L2 norm that sums of squares (as [`squares`](Self::squares) gives them, from any
+    /// rank, in visit order) make, computed as [`global_norm`](Self::global_norm) computes its
+    /// own; `None` when there are none.
+    fn norm_of_squares(&self, squares: Vec<TensorData>) -> Option<f64>;
+
+    /// Clips these gradients by the global norm that `squares` make (as
+    /// [`clip`](Self::clip) does by their own norm).
+    fn clip_to_norm_of(&mut self, squares: Vec<TensorData>, max_norm: f64);
+
     /// Drops the gradients of the parameters `keep` refuses (the optimizer then leaves those
     /// parameters alone): a sharded strategy keeps only what its rank owns.
     fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool);
@@ -52,9 +66,52 @@ pub trait Weights {
     /// parameters), in visit order, as host data.
     fn buffers_to_host(&self) -> Vec<(ParamId, TensorData)>;
 
+    /// The float parameters `keep` accepts, in visit order, as host data.
+    fn to_host_where(&self, keep: &mut dyn FnMut(ParamId) -> bool) -> Vec<(ParamId, TensorData)>;
+
+    /// The float parameters that take gradients (those an optimizer updates), in visit order;
+    /// nothing is copied.
+    fn trainable(&self) -> Vec<ParamInfo>;
+
     /// Replaces the float parameters named in `weights` (same shape; their dtype is kept as
     /// given); others stay. Whether a parameter requires gradients is kept.
     fn load_host(&mut self, weights: Vec<(ParamId, TensorData)>) -> anyhow::Result<()>;
+}
+
+/// A borrowed view is a view (a strategy's [`precision_view`] may hand it on unchanged).
+///
+/// [`precision_view`]: crate::plugins::strategy::Strategy::precision_view
+impl<G: Gradients + ?Sized> Gradients for &mut G {
+    fn take_host(&mut self) -> Vec<(ParamId, TensorData)> {
+        (**self).take_host()
+    }
+    fn put_host(&mut self, grads: Vec<(ParamId, TensorData)>) {
+        (**self).put_host(grads);
+    }
+    fn scale(&mut self, factor: f64) {
+        (**self).scale(factor);
+    }
+    fn global_norm(&self) -> Option<f64> {
+        (**self).global_norm()
+    }
+    fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64) {
+        (**self).clip(algorithm, threshold);
+    }
+    fn squares(&self) -> Vec<(ParamId, TensorData)> {
+        (**self).squares()
+    }
+    fn norm_of_squares(&self, squares: Vec<TensorData>) -> Option<f64> {
+        (**self).norm_of_squares(squares)
+    }
+    fn clip_to_norm_of(&mut self, squares: Vec<TensorData>, max_norm: f64) {
+        (**self).clip_to_norm_of(squares, max_norm);
+    }
+    fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool) {
+        (**self).retain(keep);
+    }
+    fn params(&mut self) -> &mut GradientsParams {
+        (**self).params()
+    }
 }
 
 /// [`Gradients`] of model `M` over burn's container.
@@ -71,6 +128,19 @@ impl<'a, B: AutodiffBackend, M: AutodiffModule<B>> ModelGradients<'a, B, M> {
             grads,
             device: None,
         }
+    }
+}
+
+impl<B: AutodiffBackend, M: AutodiffModule<B>> ModelGradients<'_, B, M> {
+    /// The norm of `squares` on the model's device.
+    fn norm_on_device(&self, squares: Vec<TensorData>) -> Option<Tensor<B::InnerBackend, 1>> {
+        let mut first = FirstDevice::<B>(None);
+        self.model.visit(&mut first);
+        let device = first.0?;
+        grads::norm_of_squares(squares.into_iter().map(|square| {
+            let dtype = square.dtype;
+            Tensor::<B::InnerBackend, 1>::from_data(square, (&device, dtype))
+        }))
     }
 }
 
@@ -111,6 +181,24 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Gradients for ModelGradients<'_, 
         grads::clip::<B, M>(self.model, self.grads, algorithm, threshold);
     }
 
+    fn squares(&self) -> Vec<(ParamId, TensorData)> {
+        grads::squares::<B, M>(self.model, self.grads)
+            .into_iter()
+            .map(|(id, square)| (id, square.into_data()))
+            .collect()
+    }
+
+    fn norm_of_squares(&self, squares: Vec<TensorData>) -> Option<f64> {
+        self.norm_on_device(squares)
+            .map(|norm| norm.into_scalar().elem())
+    }
+
+    fn clip_to_norm_of(&mut self, squares: Vec<TensorData>, max_norm: f64) {
+        if let Some(norm) = self.norm_on_device(squares) {
+            grads::clip_to_norm::<B, M>(self.model, self.grads, norm, max_norm);
+        }
+    }
+
     fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool) {
         self.model.visit(&mut RetainGrads::<B> {
             grads: self.grads,
@@ -148,10 +236,26 @@ impl<B: Backend, M: Module<B>> Weights for ModelWeights<'_, B, M> {
         sync_running_states::<B, M>(self.model);
         let mut gather = GatherWeights {
             weights: Vec::new(),
-            buffers_only: true,
+            keep: &mut |_, takes_grad| !takes_grad,
         };
         self.model.visit(&mut gather);
         gather.weights
+    }
+
+    fn to_host_where(&self, keep: &mut dyn FnMut(ParamId) -> bool) -> Vec<(ParamId, TensorData)> {
+        sync_running_states::<B, M>(self.model);
+        let mut gather = GatherWeights {
+            weights: Vec::new(),
+            keep: &mut |id, _| keep(id),
+        };
+        self.model.visit(&mut gather);
+        gather.weights
+    }
+
+    fn trainable(&self) -> Vec<ParamInfo> {
+        let mut sizes = TrainableSizes(Vec::new());
+        self.model.visit(&mut sizes);
+        sizes.0
     }
 
     fn load_host(&mut self, weights: Vec<(ParamId, TensorData)>) -> anyhow::Result<()> {
@@ -174,7 +278,7 @@ pub(crate) fn host_weights<B: Backend, M: Module<B>>(model: &M) -> Vec<(ParamId,
     sync_running_states::<B, M>(model);
     let mut gather = GatherWeights {
         weights: Vec::new(),
-        buffers_only: false,
+        keep: &mut |_, _| true,
     };
     model.visit(&mut gather);
     gather.weights
@@ -213,6 +317,17 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for PutGrads<'_, B> {
     }
 }
 
+/// The device of a model's first float parameter.
+struct FirstDevice<B: AutodiffBackend>(Option<burn::tensor::Device<B::InnerBackend>>);
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for FirstDevice<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if self.0.is_none() {
+            self.0 = Some(param.val().device());
+        }
+    }
+}
+
 /// Drops the gradients a predicate refuses.
 struct RetainGrads<'a, B> {
     grads: &'a mut GradientsParams,
@@ -228,17 +343,52 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for RetainGrads<'_, B> {
     }
 }
 
-/// Every float parameter (or only those that take no gradient) as host data, in visit order.
-struct GatherWeights {
+/// The float parameters `keep` accepts (given the id and whether the parameter takes
+/// gradients) as host data, in visit order.
+struct GatherWeights<'a> {
     weights: Vec<(ParamId, TensorData)>,
-    buffers_only: bool,
+    keep: &'a mut dyn FnMut(ParamId, bool) -> bool,
 }
 
-impl<B: Backend> ModuleVisitor<B> for GatherWeights {
+impl<B: Backend> ModuleVisitor<B> for GatherWeights<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let value = param.val();
-        if !(self.buffers_only && value.is_require_grad()) {
+        if (self.keep)(param.id, value.is_require_grad()) {
             self.weights.push((param.id, value.into_data()));
+        }
+    }
+}
+
+/// A float parameter's id, shape and dtype.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamInfo {
+    /// burn's id of the parameter.
+    pub id: ParamId,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its dtype.
+    pub dtype: DType,
+}
+
+impl ParamInfo {
+    /// Its size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size()
+    }
+}
+
+/// The float parameters that take gradients, in visit order.
+struct TrainableSizes(Vec<ParamInfo>);
+
+impl<B: Backend> ModuleVisitor<B> for TrainableSizes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let value = param.val();
+        if value.is_require_grad() {
+            self.0.push(ParamInfo {
+                id: param.id,
+                shape: value.shape().to_vec(),
+                dtype: value.dtype(),
+            });
         }
     }
 }

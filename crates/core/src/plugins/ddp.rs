@@ -14,6 +14,7 @@ use burn::tensor::{DType, TensorData};
 
 use crate::collective::{Collective, ReduceOp};
 use crate::plugins::access::{Gradients, Weights};
+use crate::plugins::reduce::{Wire, buckets, scatter_mean};
 use crate::plugins::strategy::{Strategy, StrategyParts};
 
 /// Distributed data parallel over the parts' collective (any [`Collective`]).
@@ -76,7 +77,8 @@ impl Ddp {
         let mut flat = scratch.borrow_mut();
         let (mut bytes, mut waited) = (0, Duration::ZERO);
         let cap = self.parts.bucket_cap_bytes;
-        for bucket in buckets(indices, taken, size_of::<E>(), cap) {
+        let sizes: Vec<usize> = taken.iter().map(|(_, g)| g.num_elements()).collect();
+        for bucket in buckets(indices, |i| sizes[i] * size_of::<E>(), cap) {
             flat.clear();
             for &i in &bucket {
                 E::append(&taken[i].1, &mut flat)?;
@@ -213,97 +215,6 @@ pub fn check_replicas(
         anyhow::bail!(
             "the replicas diverged: the weights of rank(s) {differ:?} differ from rank 0's after fit"
         );
-    }
-    Ok(())
-}
-
-/// A float type gradients travel in: f64 for f64 gradients, f32 for every other float type.
-trait Wire: burn::tensor::Element + std::ops::Div<Output = Self> {
-    /// `n` in this type.
-    fn from_count(n: usize) -> Self;
-    /// Appends `data`'s values.
-    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()>;
-    /// Sums `buf` over the ranks.
-    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()>;
-}
-
-impl Wire for f32 {
-    fn from_count(n: usize) -> Self {
-        n as f32
-    }
-    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()> {
-        match data.as_slice::<f32>() {
-            Ok(values) => flat.extend_from_slice(values),
-            Err(_) => flat.extend(data.clone().convert_dtype(DType::F32).iter::<f32>()),
-        }
-        Ok(())
-    }
-    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
-        collective.all_reduce_f32(buf, ReduceOp::Sum)
-    }
-}
-
-impl Wire for f64 {
-    fn from_count(n: usize) -> Self {
-        n as f64
-    }
-    fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()> {
-        flat.extend_from_slice(data.as_slice::<f64>()?);
-        Ok(())
-    }
-    fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
-        collective.all_reduce_f64(buf, ReduceOp::Sum)
-    }
-}
-
-/// Consecutive runs of `indices` whose gradients fit in `cap` bytes (a larger gradient gets a
-/// bucket of its own).
-fn buckets(
-    indices: &[usize],
-    taken: &[(ParamId, TensorData)],
-    elem_bytes: usize,
-    cap: usize,
-) -> Vec<Vec<usize>> {
-    let mut out: Vec<Vec<usize>> = Vec::new();
-    let mut size = 0;
-    for &i in indices {
-        let bytes = taken[i].1.num_elements() * elem_bytes;
-        match out.last_mut() {
-            Some(last) if size + bytes <= cap => {
-                last.push(i);
-                size += bytes;
-            }
-            _ => {
-                out.push(vec![i]);
-                size = bytes;
-            }
-        }
-    }
-    out
-}
-
-/// Puts a summed bucket back into the gradients it came from, divided by `n`, in their
-/// own dtypes.
-fn scatter_mean<E: Wire>(
-    bucket: &[usize],
-    taken: &mut [(ParamId, TensorData)],
-    flat: &[E],
-    n: E,
-) -> anyhow::Result<()> {
-    let mut offset = 0;
-    for &i in bucket {
-        let data = &mut taken[i].1;
-        let len = data.num_elements();
-        let sums = &flat[offset..offset + len];
-        offset += len;
-        match data.as_mut_slice::<E>() {
-            Ok(own) => own.iter_mut().zip(sums).for_each(|(g, &s)| *g = s / n),
-            Err(_) => {
-                let dtype = data.dtype;
-                let mean: Vec<E> = sums.iter().map(|&s| s / n).collect();
-                *data = TensorData::new(mean, data.shape.clone()).convert_dtype(dtype);
-            }
-        }
     }
     Ok(())
 }

@@ -9,6 +9,8 @@
 pub mod access;
 pub mod ddp;
 pub mod precision;
+pub(crate) mod reduce;
+pub mod sharded;
 pub mod strategy;
 
 use std::cell::RefCell;

@@ -5,11 +5,15 @@
 //! (cluster environment, ranks, devices) — and the loop calls it wherever strategies differ:
 //! the seed and the starting weights, how each loader is sharded, the gradient reduction
 //! before the optimizer step, what happens after the step, which rank writes, the stop
-//! agreement, and teardown. The built-ins are `single_device` ([`SingleDevice`]) and `ddp`
-//! ([`Ddp`](crate::plugins::ddp::Ddp)); see `docs/plugins.md` for writing one.
+//! agreement, and teardown. The built-ins are `single_device` ([`SingleDevice`]) `ddp`
+//! ([`Ddp`](crate::plugins::ddp::Ddp)) and `ddp_sharded`
+//! ([`DdpSharded`](crate::plugins::sharded::DdpSharded)); see `docs/plugins.md` for writing one.
 
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::Arc;
+
+use burn::module::ParamId;
 
 use crate::checkpoint_io::CheckpointIO;
 use crate::collective::{Collective, ReduceOp};
@@ -96,6 +100,13 @@ pub trait Strategy {
         Ok(())
     }
 
+    /// The gradients as the precision plugin sees them (unscaling, the finiteness check,
+    /// clipping), after [`reduce_gradients`](Self::reduce_gradients): `grads` themselves,
+    /// unless the ranks hold different gradients and norms must cover them all.
+    fn precision_view<'g>(&self, grads: &'g mut dyn Gradients) -> Box<dyn Gradients + 'g> {
+        Box::new(grads)
+    }
+
     /// Called after each optimizer step that was taken, with the step count so far.
     fn on_optimizer_step(
         &mut self,
@@ -103,6 +114,22 @@ pub trait Strategy {
         global_step: u64,
     ) -> anyhow::Result<()> {
         let _ = (weights, global_step);
+        Ok(())
+    }
+
+    /// The parameters whose optimizer state this process keeps, when it keeps only part of
+    /// it (a sharded strategy); `None` (the default): all of them. With a part, checkpoints
+    /// gather every rank's state on rank 0, and the state a resumed fit restores is cut to
+    /// this part. Called with the model of each `fit` before its first step.
+    fn optimizer_state_owned(&mut self, weights: &dyn Weights) -> Option<HashSet<ParamId>> {
+        let _ = weights;
+        None
+    }
+
+    /// Checks, at the end of `fit`, the optimizer state this process holds: each parameter
+    /// it holds state for, with the bytes of that state.
+    fn check_optimizer_state(&self, held: &[(ParamId, u64)]) -> anyhow::Result<()> {
+        let _ = held;
         Ok(())
     }
 

@@ -15,9 +15,10 @@ use crate::options::{CheckpointWrites, TrainerOptions};
 use crate::plan::Plan;
 use crate::plugins::ddp::Ddp;
 use crate::plugins::precision::{self, PrecisionPlugin};
+use crate::plugins::sharded::DdpSharded;
 use crate::plugins::strategy::{SingleDevice, Strategy, StrategyFactory, StrategyParts};
 use crate::plugins::{self, PluginFactories};
-use crate::strategy::{DDP, SINGLE_DEVICE};
+use crate::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE};
 
 /// A plugin given to [`TrainerBuilder::plugins`], as Lightning's `Trainer(plugins=[...])`
 /// takes them. (A cluster environment decides the plan's ranks, so it is registered on the
@@ -252,6 +253,7 @@ fn strategy_named(
     match name {
         SINGLE_DEVICE => Ok(Box::new(SingleDevice::new(parts))),
         DDP => Ok(Box::new(Ddp::new(parts))),
+        DDP_SHARDED => Ok(Box::new(DdpSharded::new(parts))),
         other => anyhow::bail!(
             "the plan names strategy `{other}`, which is not registered in this program (register it on the Registry the CLI runs, or pass it to Trainer::builder(..).strategy(..))"
         ),

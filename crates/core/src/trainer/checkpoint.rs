@@ -138,7 +138,7 @@ const DTYPES: [(DType, Dtype); 12] = [
 ];
 
 /// The safetensors name of a burn dtype.
-fn to_safetensors(dtype: DType) -> anyhow::Result<Dtype> {
+pub(crate) fn to_safetensors(dtype: DType) -> anyhow::Result<Dtype> {
     DTYPES
         .iter()
         .find(|(burn, _)| *burn == dtype)
@@ -147,7 +147,7 @@ fn to_safetensors(dtype: DType) -> anyhow::Result<Dtype> {
 }
 
 /// The burn dtype of a safetensors one.
-fn from_safetensors(dtype: Dtype) -> Option<DType> {
+pub(crate) fn from_safetensors(dtype: Dtype) -> Option<DType> {
     DTYPES
         .iter()
         .find(|(_, st)| *st == dtype)

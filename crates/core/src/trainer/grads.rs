@@ -6,27 +6,23 @@
 //! no host synchronisation, and multiplying by exactly 1.0 leaves unclipped gradients bitwise
 //! unchanged.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 
 use crate::options::ClipAlgorithm;
 
-/// Sum of squares of every float gradient the model has.
-struct SquaredNorm<'a, B: AutodiffBackend> {
+/// Each float gradient's sum of squares, in visit order.
+struct Squares<'a, B: AutodiffBackend> {
     grads: &'a GradientsParams,
-    total: Option<Tensor<B::InnerBackend, 1>>,
+    squares: Vec<(ParamId, Tensor<B::InnerBackend, 1>)>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
+impl<B: AutodiffBackend> ModuleVisitor<B> for Squares<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
-            let sq = g.square().sum();
-            self.total = Some(match self.total.take() {
-                Some(t) => t + sq,
-                None => sq,
-            });
+            self.squares.push((param.id, g.square().sum()));
         }
     }
 }
@@ -87,14 +83,51 @@ fn map_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
     });
 }
 
+/// Each of the model's gradients' sum of squares (one element each), in visit order: the
+/// parts [`norm_of_squares`] makes the global norm of.
+pub fn squares<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &GradientsParams,
+) -> Vec<(ParamId, Tensor<B::InnerBackend, 1>)> {
+    let mut visitor = Squares::<B> {
+        grads,
+        squares: Vec::new(),
+    };
+    model.visit(&mut visitor);
+    visitor.squares
+}
+
+/// The L2 norm of gradients whose sums of squares are `squares`, added up in their order
+/// (`None` when there are none). A sharded strategy gathers every rank's parts and calls
+/// this with them all in visit order: the sum, and so the norm, is then bitwise the one
+/// process's.
+pub fn norm_of_squares<B: Backend>(
+    squares: impl IntoIterator<Item = Tensor<B, 1>>,
+) -> Option<Tensor<B, 1>> {
+    squares
+        .into_iter()
+        .reduce(|total, square| total + square)
+        .map(Tensor::sqrt)
+}
+
 /// The global L2 norm of the model's gradients, on the device (`None` when it has none).
 pub fn global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &GradientsParams,
 ) -> Option<Tensor<B::InnerBackend, 1>> {
-    let mut visitor = SquaredNorm::<B> { grads, total: None };
-    model.visit(&mut visitor);
-    visitor.total.map(Tensor::sqrt)
+    norm_of_squares(squares::<B, M>(model, grads).into_iter().map(|(_, s)| s))
+}
+
+/// Scales the gradients so that their global norm, `norm`, becomes at most `max_norm`
+/// (`min(1, max_norm / (norm + 1e-6))`, on the device).
+pub fn clip_to_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &mut GradientsParams,
+    norm: Tensor<B::InnerBackend, 1>,
+    max_norm: f64,
+) {
+    let coef = (norm.add_scalar(1e-6).recip() * max_norm).clamp_max(1.0);
+    map_grads(model, grads, ScaleBy::<B>(coef));
 }
 
 /// Multiplies every gradient by `factor` (unscaling after loss scaling).
@@ -117,8 +150,7 @@ pub fn clip<B: AutodiffBackend, M: AutodiffModule<B>>(
         ClipAlgorithm::Value => map_grads(model, grads, ClampTo(threshold)),
         ClipAlgorithm::Norm => {
             if let Some(norm) = global_norm::<B, M>(model, grads) {
-                let coef = (norm.add_scalar(1e-6).recip() * threshold).clamp_max(1.0);
-                map_grads(model, grads, ScaleBy::<B>(coef));
+                clip_to_norm::<B, M>(model, grads, norm, threshold);
             }
         }
     }

@@ -19,6 +19,7 @@ pub mod module;
 mod run;
 pub mod scaler;
 pub(crate) mod signals;
+pub(crate) mod state_gather;
 pub mod summary;
 pub(crate) mod weights;
 

@@ -21,6 +21,7 @@ use crate::plugins::precision::PrecisionPlugin;
 use crate::stage::Stage;
 use crate::trainer::Trainer;
 use crate::trainer::checkpoint::{Checkpoint, Progress, record_bytes, weights_of};
+use crate::trainer::state_gather::StateGather;
 
 /// What a `fit` checkpoint holds besides the loop's state: the model, the optimizer, the
 /// scheduler and the precision plugin's state as they are now.
@@ -29,6 +30,8 @@ pub(super) struct FitParts<'a, B, M, O, S> {
     optimizer: &'a O,
     scheduler: &'a S,
     precision: &'a dyn PrecisionPlugin,
+    /// Where the optimizer's state is sharded: how rank 0 gathers it.
+    gather: Option<&'a StateGather>,
     backend: std::marker::PhantomData<B>,
 }
 
@@ -44,14 +47,38 @@ where
         optimizer: &'a O,
         scheduler: &'a S,
         precision: &'a dyn PrecisionPlugin,
+        gather: Option<&'a StateGather>,
     ) -> Self {
         Self {
             model,
             optimizer,
             scheduler,
             precision,
+            gather,
             backend: std::marker::PhantomData,
         }
+    }
+
+    /// This process's optimizer state, tensors in their own dtypes; `None` for an optimizer
+    /// whose state ember does not read.
+    fn own_state(
+        &self,
+        weights: &[(String, burn::module::ParamId, burn::tensor::TensorData)],
+    ) -> Option<anyhow::Result<optim::OptimizerState>> {
+        let dtypes = weights.iter().map(|(_, id, d)| (*id, d.dtype)).collect();
+        self.optimizer.state(&dtypes)
+    }
+
+    /// Ends a hook (or a save on a stop signal) where the state is sharded: see
+    /// [`StateGather::serve`].
+    pub(super) fn serve_state(&self) -> anyhow::Result<()> {
+        let Some(gather) = self.gather else {
+            return Ok(());
+        };
+        gather.serve(|| {
+            let weights = weights_of::<B, M>(self.model)?;
+            self.own_state(&weights).unwrap_or_else(unreadable)
+        })
     }
 
     /// Writes a checkpoint: weights, optimizer, scheduler, the precision plugin's state,
@@ -72,12 +99,17 @@ where
             seed,
         };
         let weights = weights_of::<B, M>(self.model)?;
-        // The optimizer's state as tensors in their own dtypes where ember reads it; burn's
-        // record (floats in the device's type on load) for other optimizers.
-        let dtypes = weights.iter().map(|(_, id, d)| (*id, d.dtype)).collect();
-        let (optimizer, state_tensors) = match self.optimizer.state(&dtypes) {
-            Some(state) => {
-                let (description, tensors) = optim::split(state?)?;
+        // The optimizer's state as tensors in their own dtypes where ember reads it (gathered
+        // from every rank where it is sharded); burn's record (floats in the device's type on
+        // load) for other optimizers.
+        let optimizer_state = match (self.own_state(&weights), self.gather) {
+            (Some(state), Some(gather)) => Some(gather.request(state?)),
+            (None, Some(_)) => Some(unreadable()),
+            (state, None) => state,
+        };
+        let (optimizer, state_tensors) = match optimizer_state {
+            Some(optimizer_state) => {
+                let (description, tensors) = optim::split(optimizer_state?)?;
                 (("optimizer_state".to_owned(), description), tensors)
             }
             None => (
@@ -110,6 +142,13 @@ where
         };
         io.save_encoded(Box::new(encode), path)
     }
+}
+
+/// The error for an optimizer whose state ember cannot read, under a sharded strategy.
+fn unreadable() -> anyhow::Result<optim::OptimizerState> {
+    anyhow::bail!(
+        "the strategy shards the optimizer's state, which ember reads for Adam, AdamW and SGD only: use one of those, or ddp"
+    )
 }
 
 /// The parts of the Trainer one entry point works with.
@@ -182,7 +221,8 @@ impl Run {
         let save = |path: &Path, state: &TrainerState, states: &callbacks::CallbackStates| {
             parts.save(io.as_ref(), (seed, &hparams), path, state, states)
         };
-        self.hook(Some(&save), f)
+        self.hook(Some(&save), f)?;
+        parts.serve_state()
     }
 
     /// Makes epoch-level metrics visible: to callbacks, the progress bar, and the loggers

@@ -3,10 +3,12 @@
 //! Its state lives in [`FitLoop`]; one epoch is in `training_epoch.rs`.
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Instant;
 
 use anyhow::Context;
 use burn::data::dataloader::batcher::Batcher;
+use burn::module::ParamId;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::{GradientsAccumulator, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
@@ -15,8 +17,9 @@ use super::evaluation::EvaluationLoop;
 use super::schedule::FitSchedule;
 use crate::callbacks::{self, Callback, CallbackContext};
 use crate::optim::{self, ExactState};
-use crate::plugins::access::ModelWeights;
+use crate::plugins::access::{ModelWeights, Weights};
 use crate::plugins::precision::PrecisionPlugin;
+use crate::plugins::strategy::Strategy;
 use crate::stage::Stage;
 use crate::trainer::checkpoint::Checkpoint;
 use crate::trainer::data::Loader;
@@ -27,6 +30,7 @@ use crate::trainer::module::{
 };
 use crate::trainer::run::{FitParts, Run};
 use crate::trainer::signals::{self, StopSignals};
+use crate::trainer::state_gather::StateGather;
 use crate::trainer::{FitOutcome, Inner, Trainer, dtype};
 
 /// Where the fit loop is: the epoch, and the batches of it already done (when resuming).
@@ -52,8 +56,15 @@ impl<B: AutodiffBackend, M: TrainingModule<B>> Optimization<B, M> {
     pub(super) fn fit_parts<'a>(
         &'a self,
         precision: &'a dyn PrecisionPlugin,
+        gather: Option<&'a StateGather>,
     ) -> FitParts<'a, B, M, M::Optimizer, M::Scheduler> {
-        FitParts::new(&self.model, &self.optimizer, &self.scheduler, precision)
+        FitParts::new(
+            &self.model,
+            &self.optimizer,
+            &self.scheduler,
+            precision,
+            gather,
+        )
     }
 }
 
@@ -71,6 +82,8 @@ pub(in crate::trainer) struct FitLoop<'t, B: AutodiffBackend, M: TrainingModule<
     pub(super) signals: StopSignals,
     /// The model has no `validation_step`: the val loader is skipped.
     pub(super) no_validation_step: bool,
+    /// Where the strategy shards the optimizer's state: how checkpoints gather it.
+    pub(super) gather: Option<StateGather>,
 }
 
 impl<'t, B, M> FitLoop<'t, B, M>
@@ -121,6 +134,7 @@ where
             interrupted: None,
             signals: StopSignals::install()?,
             no_validation_step: false,
+            gather: None,
         })
     }
 
@@ -149,7 +163,9 @@ where
         &mut self,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let parts = self.opt.fit_parts(self.trainer.precision());
+        let parts = self
+            .opt
+            .fit_parts(self.trainer.precision(), self.gather.as_ref());
         self.run.hook_fit(&parts, f)
     }
 
@@ -167,8 +183,12 @@ where
         let device = &trainer.device;
         opt.optimizer = match checkpoint.sections.get("optimizer_state") {
             Some(description) => {
-                let state = optim::join(description, &checkpoint.optimizer_state)
+                let mut state = optim::join(description, &checkpoint.optimizer_state)
                     .with_context(|| format!("{}: the optimizer's state", path.display()))?;
+                let weights = ModelWeights::<B, M>::new(&mut opt.model);
+                if let Some(owned) = trainer.strategy.optimizer_state_owned(&weights) {
+                    state.retain(|id, _| owned.contains(&ParamId::from(*id)));
+                }
                 let kind = state.values().next().map(|p| p.kind.clone());
                 opt.optimizer
                     .with_state(state, device)
@@ -246,9 +266,18 @@ where
         if self.schedule.unshuffled {
             train.shuffle = false;
         }
-        self.trainer
+        let mut weights = ModelWeights::<B, M>::new(&mut self.opt.model);
+        self.trainer.strategy.setup_weights(&mut weights)?;
+        if self
+            .trainer
             .strategy
-            .setup_weights(&mut ModelWeights::<B, M>::new(&mut self.opt.model))?;
+            .optimizer_state_owned(&weights)
+            .is_some()
+        {
+            let order = weights.trainable().into_iter().map(|p| p.id).collect();
+            let collective = Rc::clone(&self.trainer.strategy.parts().collective);
+            self.gather = Some(StateGather::new(collective, order));
+        }
         self.fit_hook(|c, x| c.on_fit_start(x))?;
         if let Some(val) = val.filter(|_| self.schedule.sanity_batches > 0) {
             self.run.state.sanity_checking = true;
@@ -267,9 +296,9 @@ where
             self.position.epoch += 1;
         }
         let opt = &mut self.opt;
-        self.trainer
-            .strategy
-            .teardown(&mut ModelWeights::<B, M>::new(&mut opt.model))?;
+        let mut weights = ModelWeights::<B, M>::new(&mut opt.model);
+        self.trainer.strategy.teardown(&mut weights)?;
+        check_optimizer_state::<B, M>(&*self.trainer.strategy, &weights, &opt.optimizer)?;
         self.fit_hook(|c, x| c.on_fit_end(x))?;
         let run = &self.run;
         Ok(FitOutcome {
@@ -345,4 +374,31 @@ where
         let signal = (flags[0] > 0.0).then(|| signals::NAMES[flags[0] as usize - 1]);
         Ok((signal, flags[1] > 0.0))
     }
+}
+
+/// Reports (at info level) the optimizer state this process holds, and has the strategy
+/// check it.
+fn check_optimizer_state<B, M>(
+    strategy: &dyn Strategy,
+    weights: &dyn Weights,
+    optimizer: &M::Optimizer,
+) -> anyhow::Result<()>
+where
+    B: AutodiffBackend,
+    M: TrainingModule<B>,
+{
+    let sizes = weights.trainable().into_iter();
+    let param_bytes = sizes.map(|p| (p.id, p.bytes() as u64)).collect();
+    let Some(held) = optimizer.state_bytes(&param_bytes) else {
+        return Ok(());
+    };
+    tracing::info!(
+        target: "ember",
+        "rank {}: optimizer state for {} of {} parameters, {} bytes",
+        strategy.collective().rank(),
+        held.len(),
+        param_bytes.len(),
+        held.iter().map(|(_, bytes)| bytes).sum::<u64>()
+    );
+    strategy.check_optimizer_state(&held)
 }

@@ -163,21 +163,25 @@ where
         let clip = options
             .gradient_clip_val
             .map(|threshold| (options.gradient_clip_algorithm, threshold));
-        let mut view = ModelGradients::<B, M>::new(&self.opt.model, &mut grads);
-        self.trainer.strategy.reduce_gradients(&mut view)?;
-        let precision = &mut self.trainer.strategy.parts_mut().precision;
-        let finite = precision.unscale_gradients(&mut view);
-        for (name, value) in precision.step_metrics() {
-            log.log(name, value);
-        }
+        let mut model_grads = ModelGradients::<B, M>::new(&self.opt.model, &mut grads);
+        self.trainer.strategy.reduce_gradients(&mut model_grads)?;
+        let finite = {
+            let mut view = self.trainer.strategy.precision_view(&mut model_grads);
+            let precision = &mut self.trainer.strategy.parts_mut().precision;
+            let finite = precision.unscale_gradients(&mut *view);
+            for (name, value) in precision.step_metrics() {
+                log.log(name, value);
+            }
+            if let Some((algorithm, threshold)) = clip.filter(|_| finite) {
+                precision.clip_gradients(&mut *view, algorithm, threshold);
+            }
+            finite
+        };
         if self.opt.interval == SchedulerInterval::Step {
             self.opt.lr = self.opt.scheduler.step();
         }
         let step = self.run.state.global_step;
         if finite {
-            if let Some((algorithm, threshold)) = clip {
-                precision.clip_gradients(&mut view, algorithm, threshold);
-            }
             self.opt.model = self.opt.optimizer.step(self.opt.lr, self.opt.model, grads);
             let mut weights = ModelWeights::<B, M>::new(&mut self.opt.model);
             self.trainer
@@ -209,8 +213,10 @@ where
             self.position.epoch,
             state.global_step
         ));
+        let parts = self
+            .opt
+            .fit_parts(self.trainer.precision(), self.gather.as_ref());
         if self.trainer.is_global_zero() {
-            let parts = self.opt.fit_parts(self.trainer.precision());
             let run = &*self.run;
             let states = callbacks::states_of(&run.callbacks);
             let io = run.checkpoint_io.as_ref();
@@ -223,6 +229,7 @@ where
                 path.display()
             );
         }
+        parts.serve_state()?;
         self.interrupted = Some(path);
         Ok(())
     }
