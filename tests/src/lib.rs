@@ -8,6 +8,7 @@
 pub mod fault;
 pub mod regression;
 pub mod resume;
+pub mod wide;
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};

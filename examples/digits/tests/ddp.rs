@@ -356,16 +356,22 @@ fn killing_one_rank_ends_the_run_with_a_message_naming_it() {
     if !mpirun_available() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (launcher, ranks) = start_long_run(dir.path(), &[]);
-    signal(ranks[1].1, "-KILL");
-    let (status, stderr) = wait_30s(launcher, "rank 1 was killed");
-    assert!(!status.success(), "the launcher exited {status}");
-    assert!(!alive(ranks[0].1), "rank 0 outlived the run");
-    assert!(
-        stderr.contains("rank 1"),
-        "no message names rank 1: {stderr}"
-    );
+    for strategy in ["ddp", "ddp_sharded"] {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = format!("--trainer.strategy={strategy}");
+        let (launcher, ranks) = start_long_run(dir.path(), &[&flag]);
+        signal(ranks[1].1, "-KILL");
+        let (status, stderr) = wait_30s(launcher, "rank 1 was killed");
+        assert!(
+            !status.success(),
+            "{strategy}: the launcher exited {status}"
+        );
+        assert!(!alive(ranks[0].1), "{strategy}: rank 0 outlived the run");
+        assert!(
+            stderr.contains("rank 1"),
+            "{strategy}: no message names rank 1: {stderr}"
+        );
+    }
 }
 
 #[test]
