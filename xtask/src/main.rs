@@ -25,6 +25,7 @@ cargo xtask <task>
                      accelerator runs (cuda/wgpu are built in when named)
   bench ddp [ROUNDS]            samples/s of 1 and 2 ddp ranks (wide MLP, cpu, OpenMPI)
   bench long-run [ROUNDS]       digits for 300 epochs with and without flush_denormal
+  bench sharded [ROUNDS]        ddp_sharded vs ddp: optimizer state, peak RSS, samples/s (2 ranks)
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
@@ -222,9 +223,14 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
+            Some(&"sharded") => {
+                let mut cargo = vec!["bench", "-p", "ember-acceptance", "--bench", "sharded", "--"];
+                cargo.extend(&rest[1..]);
+                run("cargo", &cargo, &[])
+            }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded"
                 );
                 false
             }
