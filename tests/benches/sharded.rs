@@ -97,8 +97,14 @@ fn measure(strategy: &str) -> anyhow::Result<Measured> {
     let (stdout, stderr, peak_rss) = run_measured(command)?;
     // "trained N steps in S s (...)"
     let mut words = stdout.split("trained ").nth(1).unwrap_or("").split(' ');
-    let steps: f64 = words.next().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
-    let seconds: f64 = words.nth(2).and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
+    let steps: f64 = words
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(f64::NAN);
+    let seconds: f64 = words
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(f64::NAN);
     anyhow::ensure!(seconds.is_finite(), "no timing in {stdout:?}");
     // "rank R: optimizer state for K of N parameters, B bytes"
     let state_bytes = stderr

@@ -224,7 +224,14 @@ fn main() -> ExitCode {
                 run("cargo", &cargo, &[])
             }
             Some(&"sharded") => {
-                let mut cargo = vec!["bench", "-p", "ember-acceptance", "--bench", "sharded", "--"];
+                let mut cargo = vec![
+                    "bench",
+                    "-p",
+                    "ember-acceptance",
+                    "--bench",
+                    "sharded",
+                    "--",
+                ];
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
