@@ -37,6 +37,22 @@ if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore safetensors numpy
 fi
 
+# With --torch: the pinned PyTorch and Lightning (scripts/torch-pins.txt) in a venv outside the
+# clone, for the LibTorch accelerators (their build and tests) and the benchmark against
+# Lightning. ~4.1 GB to download the first time (torch's wheel brings CUDA's libraries); reused
+# while its recorded pins match. `cargo xtask` finds it at the same default path.
+if [ "${1:-}" = "--torch" ]; then
+    venv="${EMBER_TORCH_VENV:-$HOME/.cache/ember-torch/venv}"
+    pins="$(dirname "$0")/torch-pins.txt"
+    if ! cmp -s "$pins" "$venv/ember-pins.txt" || ! "$venv/bin/python" -c "import torch, lightning" 2>/dev/null; then
+        echo "setup: installing $(grep -v '^#' "$pins" | tr '\n' ' ')into $venv (pip; ~4 GB the first time)"
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$pins"
+        cp "$pins" "$venv/ember-pins.txt"
+    fi
+fi
+
 # The pinned toolchain (rust-toolchain.toml) with rustfmt and clippy.
 rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 echo "setup: ok"

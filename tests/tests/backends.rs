@@ -1,5 +1,6 @@
 //! Each real accelerator in this build runs a forward and backward pass on its own backend
-//! where its hardware is present (cpu always; cuda and wgpu by feature; wgpu on lavapipe in CI).
+//! where its hardware is present (cpu always; cuda, wgpu, tch-cpu and tch-cuda by feature; wgpu
+//! on lavapipe in CI).
 
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
@@ -48,6 +49,21 @@ fn cuda_runs_a_backward_pass_where_present() {
 #[test]
 fn wgpu_runs_a_backward_pass_where_present() {
     if let Some(norm) = gradient_norm::<ember::wgpu::WgpuAccelerator>() {
+        assert!(norm.is_finite() && norm > 0.0, "{norm}");
+    }
+}
+
+#[cfg(feature = "tch")]
+#[test]
+fn tch_cpu_runs_a_backward_pass() {
+    let norm = gradient_norm::<ember::tch::TchCpuAccelerator>().expect("the host CPU is there");
+    assert!(norm.is_finite() && norm > 0.0, "{norm}");
+}
+
+#[cfg(feature = "tch")]
+#[test]
+fn tch_cuda_runs_a_backward_pass_where_present() {
+    if let Some(norm) = gradient_norm::<ember::tch::TchCudaAccelerator>() {
         assert!(norm.is_finite() && norm > 0.0, "{norm}");
     }
 }

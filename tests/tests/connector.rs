@@ -253,7 +253,16 @@ fn a15_16_mixed_on_cpu_warns_and_uses_bf16_mixed() {
     let registry = ember_acceptance::registry::<ember_acceptance::WhoRuns>()
         .register::<ember_acceptance::MixedCpu>()
         .unwrap();
-    let inv = ember::Inventory::parse("mixedcpu=1", registry.catalog()).unwrap();
+    // A host-CPU accelerator is always there, as cpu is: an injected inventory neither needs
+    // nor takes a count for it.
+    let inv = ember::Inventory::parse("", registry.catalog()).unwrap();
+    let err = ember::Inventory::parse("mixedcpu=1", registry.catalog()).unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "mixedcpu runs on the host CPU, which is always available and takes no count"
+        ),
+        "{err}"
+    );
     let p = ember::connect(
         &flags().accelerator("mixedcpu").precision("16-mixed"),
         &ember::Env::new(),

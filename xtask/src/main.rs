@@ -17,7 +17,8 @@ cargo xtask <task>
   digits [ARGS]      train the digits example on CPU (release build): digits fit ARGS
   test               every test: the acceptance suite once per backend (see test-matrix)
   test-matrix        cpu: all tests; cuda: build + unit/acceptance tests (no GPU needed);
-                     wgpu: build + tests (lavapipe when no GPU); prints backend x result
+                     wgpu: build + tests (lavapipe when no GPU); tch: LibTorch's tests on
+                     its CPU (the pinned torch venv); prints backend x result
   bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
   bench overhead [ROUNDS]       the Trainer vs a hand-written burn loop (digits, cpu)
   bench precision [ROUNDS] [--accelerator cpu|cuda|wgpu] [--hidden W,..] [--batch N]
@@ -26,12 +27,15 @@ cargo xtask <task>
   bench ddp [ROUNDS]            samples/s of 1 and 2 ddp ranks (wide MLP, cpu, OpenMPI)
   bench long-run [ROUNDS]       digits for 300 epochs with and without flush_denormal
   bench sharded [ROUNDS]        ddp_sharded vs ddp: optimizer state, peak RSS, samples/s (2 ranks)
+  bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
+                     Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
                      lines, no burn under ember-plan), fmt --check, clippy -D warnings
   ci                 lint, then test
-  setup              install system packages the tests need (scripts/setup.sh)
+  setup              install system packages the tests need (scripts/setup.sh), and the
+                     pinned torch venv (scripts/setup.sh --torch)
 ";
 
 fn root() -> PathBuf {
@@ -47,6 +51,11 @@ fn target_dir() -> String {
 
 /// Runs a command in the repository root with the shared cargo settings; true on success.
 fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
+    run_in(program, args, envs, &[])
+}
+
+/// [`run`] with more variables, e.g. [`torch_env`].
+fn run_in(program: &str, args: &[&str], envs: &[(&str, &str)], more: &[(String, String)]) -> bool {
     eprintln!("xtask: {program} {}", args.join(" "));
     let status = Command::new(program)
         .args(args)
@@ -63,6 +72,7 @@ fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
             std::env::var("CARGO_INCREMENTAL").unwrap_or_else(|_| "0".into()),
         )
         .envs(envs.iter().copied())
+        .envs(more.iter().map(|(k, v)| (k, v)))
         .status();
     match status {
         Ok(s) => s.success(),
@@ -81,14 +91,57 @@ fn accelerator_flag<'a>(args: &[&'a str]) -> Option<&'a str> {
     })
 }
 
-fn setup() -> bool {
-    run("bash", &["scripts/setup.sh"], &[])
+/// Installs what the tests need; with `torch`, also the pinned torch venv (4 GB the first time)
+/// that LibTorch's build, the tch row and the benchmark against Lightning use.
+fn setup(torch: bool) -> bool {
+    let args: &[&str] = if torch {
+        &["scripts/setup.sh", "--torch"]
+    } else {
+        &["scripts/setup.sh"]
+    };
+    run("bash", args, &[])
+}
+
+/// The pinned torch venv (scripts/setup.sh --torch installs it at the same default path).
+fn torch_venv() -> PathBuf {
+    std::env::var_os("EMBER_TORCH_VENV").map_or_else(
+        || {
+            let home = std::env::var("HOME").unwrap_or_else(|_| "/tmp".into());
+            PathBuf::from(home).join(".cache/ember-torch/venv")
+        },
+        PathBuf::from,
+    )
+}
+
+/// What a cargo command that builds or runs LibTorch code needs: burn-tch's build takes the
+/// headers and libraries from the venv's torch (`LIBTORCH_USE_PYTORCH` with the venv's python
+/// first on PATH), and binaries find torch's libraries at run time.
+fn torch_env() -> Vec<(String, String)> {
+    let venv = torch_venv();
+    let site = std::fs::read_dir(venv.join("lib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|python| python.path().join("site-packages"))
+        .find(|site| site.join("torch").is_dir())
+        .unwrap_or_else(|| venv.join("lib/python3/site-packages"));
+    let path = std::env::var("PATH").unwrap_or_default();
+    let libs = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+    vec![
+        ("VIRTUAL_ENV".into(), venv.display().to_string()),
+        ("PATH".into(), format!("{}/bin:{path}", venv.display())),
+        ("LIBTORCH_USE_PYTORCH".into(), "1".into()),
+        (
+            "LD_LIBRARY_PATH".into(),
+            format!("{}/torch/lib:{libs}", site.display()),
+        ),
+    ]
 }
 
 fn lint() -> bool {
     layering::check(&root())
         && run("cargo", &["fmt", "--all", "--", "--check"], &[])
-        && run(
+        && run_in(
             "cargo",
             &[
                 "clippy",
@@ -100,18 +153,21 @@ fn lint() -> bool {
                 "warnings",
             ],
             &[],
+            &torch_env(),
         )
 }
 
 /// One row of the backend matrix: a name and the cargo invocation it must pass.
 ///
 /// Every row tests the whole workspace so that dependency features unify the same way in each
-/// row and burn is built once, not once per row.
+/// row and burn is built once, not once per row; only the tch row builds ember-accel-tch (its
+/// build needs the torch venv).
 struct Row {
     backend: &'static str,
     what: &'static str,
     args: Vec<&'static str>,
     envs: Vec<(&'static str, &'static str)>,
+    torch: bool,
 }
 
 fn matrix() -> Vec<Row> {
@@ -119,8 +175,15 @@ fn matrix() -> Vec<Row> {
         Row {
             backend: "cpu",
             what: "build + all tests",
-            args: vec!["test", "--workspace", "--no-fail-fast"],
+            args: vec![
+                "test",
+                "--workspace",
+                "--exclude",
+                "ember-accel-tch",
+                "--no-fail-fast",
+            ],
             envs: vec![],
+            torch: false,
         },
         Row {
             backend: "cuda",
@@ -128,11 +191,14 @@ fn matrix() -> Vec<Row> {
             args: vec![
                 "test",
                 "--workspace",
+                "--exclude",
+                "ember-accel-tch",
                 "--no-fail-fast",
                 "--features",
                 "ember-acceptance/cuda,digits/cuda",
             ],
             envs: vec![],
+            torch: false,
         },
         Row {
             backend: "wgpu",
@@ -140,11 +206,27 @@ fn matrix() -> Vec<Row> {
             args: vec![
                 "test",
                 "--workspace",
+                "--exclude",
+                "ember-accel-tch",
                 "--no-fail-fast",
                 "--features",
                 "ember-acceptance/wgpu,digits/wgpu",
             ],
             envs: vec![("EMBER_WGPU_SOFTWARE", "1")],
+            torch: false,
+        },
+        Row {
+            backend: "tch",
+            what: "build + unit, acceptance and digits tests on LibTorch's CPU",
+            args: vec![
+                "test",
+                "--workspace",
+                "--no-fail-fast",
+                "--features",
+                "ember-acceptance/tch,digits/tch",
+            ],
+            envs: vec![],
+            torch: true,
         },
     ]
 }
@@ -153,7 +235,8 @@ fn test_matrix() -> bool {
     let mut results = Vec::new();
     for row in matrix() {
         let start = Instant::now();
-        let ok = run("cargo", &row.args, &row.envs);
+        let more = if row.torch { torch_env() } else { Vec::new() };
+        let ok = run_in("cargo", &row.args, &row.envs, &more);
         results.push((row.backend, row.what, ok, start.elapsed().as_secs()));
     }
     println!(
@@ -178,13 +261,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let ok = match args.first().map(String::as_str) {
-        Some("setup") => setup(),
+        Some("setup") => setup(true),
         Some("digits") => {
             let mut cargo = vec!["run", "--release", "-p", "digits", "--", "fit"];
             cargo.extend(&rest);
-            setup() && run("cargo", &cargo, &[])
+            setup(false) && run("cargo", &cargo, &[])
         }
-        Some("test") | Some("test-matrix") => setup() && test_matrix(),
+        Some("test") | Some("test-matrix") => setup(true) && test_matrix(),
         Some("fault") => match rest.first() {
             Some(&"checkpoint") => {
                 let mut cargo = vec![
@@ -223,6 +306,20 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
+            Some(&"vs-lightning") => {
+                let mut cargo = vec![
+                    "bench",
+                    "-p",
+                    "digits",
+                    "--features",
+                    "tch",
+                    "--bench",
+                    "vs_lightning",
+                    "--",
+                ];
+                cargo.extend(&rest[1..]);
+                setup(true) && run_in("cargo", &cargo, &[], &torch_env())
+            }
             Some(&"sharded") => {
                 let mut cargo = vec![
                     "bench",
@@ -237,15 +334,15 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning"
                 );
                 false
             }
         },
-        Some("lint") => lint(),
+        Some("lint") => setup(true) && lint(),
         Some("ci") => {
             let start = Instant::now();
-            let ok = setup() && lint() && test_matrix();
+            let ok = setup(true) && lint() && test_matrix();
             println!(
                 "ci: {} in {} s",
                 if ok { "green" } else { "FAILED" },

@@ -1,7 +1,8 @@
 //! ember: the PyTorch Lightning architecture for models written with burn.
 //!
 //! Depend on this crate with the features for the hardware you want (`cpu` is the default;
-//! `cuda` and `wgpu` add those accelerators; `mpi` adds multi-process runs on OpenMPI). [`registry`] returns a registry with every enabled
+//! `cuda` and `wgpu` add those accelerators; `tch` adds LibTorch's `tch-cpu` and `tch-cuda`;
+//! `mpi` adds multi-process runs on OpenMPI). [`registry`] returns a registry with every enabled
 //! accelerator; add your own with [`Registry::register`] and run jobs through [`Cli`].
 
 pub use burn;
@@ -11,12 +12,15 @@ pub use ember_core::*;
 pub use ember_accel_cpu as cpu;
 #[cfg(feature = "cuda")]
 pub use ember_accel_cuda as cuda;
+#[cfg(feature = "tch")]
+pub use ember_accel_tch as tch;
 #[cfg(feature = "wgpu")]
 pub use ember_accel_wgpu as wgpu;
 #[cfg(feature = "mpi")]
 pub use ember_mpi as mpi;
 
-/// A registry holding every accelerator this build enables (cpu, cuda, wgpu by feature), and
+/// A registry holding every accelerator this build enables (cpu, cuda, wgpu, tch-cpu and
+/// tch-cuda by feature), and
 /// with the `mpi` feature the OpenMPI engine that multi-process (ddp) runs use.
 pub fn registry<J: Job>() -> Registry<J> {
     let registry = Registry::new();
@@ -33,6 +37,11 @@ pub fn registry<J: Job>() -> Registry<J> {
     #[cfg(feature = "wgpu")]
     let registry = registry
         .register::<wgpu::WgpuAccelerator>()
+        .expect("the built-in accelerators have distinct names");
+    #[cfg(feature = "tch")]
+    let registry = registry
+        .register::<tch::TchCpuAccelerator>()
+        .and_then(|r| r.register::<tch::TchCudaAccelerator>())
         .expect("the built-in accelerators have distinct names");
     registry
 }

@@ -1,11 +1,13 @@
 //! The device inventory: how many devices of each accelerator this machine has.
 //!
 //! Normally probed from the hardware; `EMBER_INVENTORY=cuda=4,wgpu=1` replaces probing, to
-//! test selection rules anywhere or to plan a cluster run from a laptop. `cpu` is always there.
+//! test selection rules anywhere or to plan a cluster run from a laptop. The host CPU is always
+//! there: `cpu` and every other accelerator of kind cpu (e.g. `tch-cpu`) have one device.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+use crate::accelerator::AcceleratorKind;
 use crate::catalog::Catalog;
 use crate::cluster::Env;
 use crate::error::{FlagError, PlanResult};
@@ -68,7 +70,14 @@ impl Inventory {
     /// Parses an injected inventory such as `cuda=4,wgpu=1` (accelerators not named have none).
     pub fn parse(spec: &str, catalog: &Catalog) -> PlanResult<Self> {
         let err = |m: String| FlagError::new(INVENTORY_VAR, spec, m);
-        let mut counts = BTreeMap::new();
+        // Host-CPU accelerators other than `cpu` (which `count` answers itself) have their one
+        // device whatever the spec says.
+        let mut counts: BTreeMap<String, usize> = catalog
+            .accelerators
+            .iter()
+            .filter(|a| a.name != CPU && host_cpu(catalog, a.name))
+            .map(|a| (a.name.to_owned(), 1))
+            .collect();
         for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (name, count) = entry.split_once('=').ok_or_else(|| {
                 err(format!(
@@ -76,18 +85,18 @@ impl Inventory {
                 ))
             })?;
             let name = name.trim().to_ascii_lowercase();
-            if name == CPU {
-                return Err(err(
-                    "cpu is always available and takes no count; list only other accelerators"
-                        .into(),
-                ));
+            if name == CPU || host_cpu(catalog, &name) {
+                return Err(err(format!(
+                    "{name} runs on the host CPU, which is always available and takes no count; \
+                     list only other accelerators"
+                )));
             }
             if catalog.accelerator(&name).is_none() {
                 let known: Vec<&str> = catalog
                     .accelerators
                     .iter()
                     .map(|a| a.name)
-                    .filter(|n| *n != CPU)
+                    .filter(|n| *n != CPU && !host_cpu(catalog, n))
                     .collect();
                 return Err(err(format!(
                     "`{name}` is not a registered accelerator; known: {}",
@@ -141,4 +150,11 @@ impl Inventory {
             Source::Probed(_) => None,
         }
     }
+}
+
+/// Whether accelerator `name` is registered and runs on the host CPU (always one device).
+fn host_cpu(catalog: &Catalog, name: &str) -> bool {
+    catalog
+        .accelerator(name)
+        .is_some_and(|a| a.kind == AcceleratorKind::Cpu)
 }

@@ -64,6 +64,8 @@ pub struct FitReport {
     pub steps: usize,
     /// Wall time of the training steps and validation passes.
     pub seconds: f64,
+    /// The part of `seconds` spent in validation passes.
+    pub val_seconds: f64,
     /// Validation accuracy after each epoch.
     pub val_accuracy: Vec<f64>,
 }
@@ -138,6 +140,7 @@ fn by_hand<B: AutodiffBackend>(
     let mut report = FitReport {
         steps: 0,
         seconds: 0.0,
+        val_seconds: 0.0,
         val_accuracy: Vec::with_capacity(epochs),
     };
     let start = Instant::now();
@@ -151,7 +154,9 @@ fn by_hand<B: AutodiffBackend>(
             report.steps += 1;
         }
         if let Some(on_epoch) = &mut on_epoch {
+            let validating = Instant::now();
             let acc = accuracy(&model.valid(), &val, device);
+            report.val_seconds += validating.elapsed().as_secs_f64();
             report.val_accuracy.push(acc);
             on_epoch(epoch, acc);
         }

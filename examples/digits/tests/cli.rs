@@ -234,6 +234,63 @@ fn wgpu_trains_in_16_true_and_16_mixed_and_refuses_bf16() {
     );
 }
 
+#[cfg(feature = "tch")]
+#[test]
+fn tch_cpu_trains_in_every_precision_it_lists() {
+    let tch = "--trainer.accelerator=tch-cpu";
+    // 16-mixed runs as bf16-mixed on a CPU, as with the burn-flex cpu accelerator.
+    let runs = [
+        ("64-true", "64-true"),
+        ("32-true", "32-true"),
+        ("16-true", "16-true"),
+        ("bf16-true", "bf16-true"),
+        ("bf16-mixed", "bf16-mixed"),
+        ("16-mixed", "bf16-mixed"),
+    ];
+    for (precision, effective) in runs {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = format!("--trainer.precision={precision}");
+        let out = digits_in(dir.path(), &["fit", tch, &flag, "--trainer.max_epochs=3"]);
+        learned_in_3_epochs(dir.path(), &out, precision, effective);
+    }
+}
+
+#[cfg(feature = "tch")]
+#[test]
+fn tch_cuda_is_planned_from_an_inventory_and_refused_without_a_gpu() {
+    let out = digits(
+        &[
+            "fit",
+            "--trainer.accelerator=gpu",
+            "--trainer.precision=16-mixed",
+            "--print-plan",
+        ],
+        &[("EMBER_INVENTORY", "tch-cuda=2")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["accelerator"], "tch-cuda", "{plan}");
+    assert_eq!(
+        plan["precision"], "16-mixed",
+        "a GPU keeps 16-mixed: {plan}"
+    );
+    assert_eq!(plan["devices"].as_array().map(Vec::len), Some(2), "{plan}");
+
+    if ember::tch::cuda_device_count() > 0 {
+        eprintln!("skip: this machine has a CUDA device; the refusal is checked where none is");
+        return;
+    }
+    let out = digits(
+        &["fit", "--trainer.accelerator=tch-cuda"],
+        &[("EMBER_INVENTORY", "")],
+    );
+    fails_with(
+        &out,
+        2,
+        "accelerator tch-cuda is not available on this machine; available accelerators: cpu, tch-cpu",
+    );
+}
+
 /// Asserts that a 3-epoch fit at `precision` succeeded, learned something (val_acc > 0.5; a
 /// guess is 0.1) and recorded the precision it ran (`effective`) in its hparams.
 fn learned_in_3_epochs(dir: &std::path::Path, out: &Output, precision: &str, effective: &str) {

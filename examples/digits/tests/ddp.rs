@@ -72,15 +72,18 @@ fn weights_of(path: &Path) -> Vec<Vec<f32>> {
     values(&model.mlp)
 }
 
-/// Trains `epochs` epochs with `world` ddp ranks; returns rank 0's final weights.
-fn ddp_weights(world: usize, epochs: usize) -> Vec<Vec<f32>> {
+/// Trains `epochs` epochs with `world` ddp ranks on `accelerator`; returns rank 0's final
+/// weights.
+fn ddp_weights(accelerator: &str, world: usize, epochs: usize) -> Vec<Vec<f32>> {
     let dir = tempfile::tempdir().unwrap();
+    let accelerator = format!("--trainer.accelerator={accelerator}");
     let devices = format!("--trainer.devices={world}");
     let max_epochs = format!("--trainer.max_epochs={epochs}");
     let out = digits(
         dir.path(),
         &[
             "fit",
+            &accelerator,
             "--trainer.strategy=ddp",
             &devices,
             &max_epochs,
@@ -110,7 +113,7 @@ fn ddp_gives_the_weights_of_one_rank_accumulating_the_shards() {
         .unwrap();
         values(&model)
     };
-    let (ddp, by_hand) = (ddp_weights(2, epochs), reference(2));
+    let (ddp, by_hand) = (ddp_weights("cpu", 2, epochs), reference(2));
     assert_eq!(ddp.len(), 6, "three layers, weight and bias each");
     assert!(
         ddp == by_hand,
@@ -119,7 +122,7 @@ fn ddp_gives_the_weights_of_one_rank_accumulating_the_shards() {
 
     // With 4 ranks MPI sums the gradients in its own tree order ((g0 + g1) + (g2 + g3)), not
     // the accumulation's ((g0 + g1) + g2) + g3, so the weights agree to rounding only.
-    let (ddp, by_hand) = (ddp_weights(4, epochs), reference(4));
+    let (ddp, by_hand) = (ddp_weights("cpu", 4, epochs), reference(4));
     let worst = ddp
         .iter()
         .flatten()
@@ -127,6 +130,32 @@ fn ddp_gives_the_weights_of_one_rank_accumulating_the_shards() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     assert!(worst < 1e-4, "4 ranks differ by up to {worst}");
+}
+
+#[cfg(feature = "tch")]
+#[test]
+fn ddp_on_libtorch_gives_the_weights_of_one_rank_accumulating_the_shards() {
+    use ember::Accelerator;
+    use ember::tch::TchCpuAccelerator;
+    if !mpirun_available() {
+        return;
+    }
+    let epochs = 2;
+    let device = TchCpuAccelerator::parallel_devices(&[0]).remove(0);
+    let by_hand = train_shards_by_hand::<<TchCpuAccelerator as Accelerator>::Backend>(
+        &device,
+        &ModelConfig::default(),
+        &DataConfig::default(),
+        epochs,
+        2,
+    )
+    .unwrap();
+    let ddp = ddp_weights("tch-cpu", 2, epochs);
+    assert_eq!(ddp.len(), 6, "three layers, weight and bias each");
+    assert!(
+        ddp == values(&by_hand),
+        "2 LibTorch ranks differ from one LibTorch process accumulating their shards"
+    );
 }
 
 #[test]

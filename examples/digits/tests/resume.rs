@@ -1,8 +1,10 @@
 //! ACCEPTANCE 29: a run stopped mid-epoch and resumed from its checkpoint continues with the
-//! same losses, bitwise, as an uninterrupted run, and ends with the same weights.
+//! same losses, bitwise, as an uninterrupted run, and ends with the same weights (burn-flex;
+//! LibTorch's CPU with the `tch` feature).
 
 use std::path::{Path, PathBuf};
 
+use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use digits::data::DigitsData;
@@ -11,9 +13,8 @@ use digits::train::DataConfig;
 use ember::{Trainer, TrainerOptions};
 use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
 
-type B = Autodiff<Flex>;
-
-fn run(
+fn run<B: AutodiffBackend>(
+    device: &B::Device,
     root: &Path,
     ckpt_path: Option<PathBuf>,
     stop_at: Option<(u64, PathBuf)>,
@@ -28,7 +29,7 @@ fn run(
         ..TrainerOptions::default()
     };
     let seen = Losses::default();
-    let mut trainer = Trainer::<B>::on_device(FlexDevice, options)
+    let mut trainer = Trainer::<B>::on_device(device.clone(), options)
         .unwrap()
         .with_callback(RecordLosses {
             seen: seen.clone(),
@@ -42,17 +43,18 @@ fn run(
     (losses, float_bytes(&out.model))
 }
 
-#[test]
-fn a_resumed_run_continues_bitwise_like_an_uninterrupted_one() {
+/// Runs 3 epochs, then the same stopped at step 30 and resumed, and compares them.
+fn resumed_equals_uninterrupted<B: AutodiffBackend>(device: B::Device) {
+    let fit = |root: &Path, ckpt, stop_at| run::<B>(&device, root, ckpt, stop_at);
     let dir = tempfile::tempdir().unwrap();
-    let (all, weights) = run(dir.path(), None, None);
+    let (all, weights) = fit(dir.path(), None, None);
     assert_eq!(all.len(), 69, "3 epochs of 23 batches");
 
     // Stop in the middle of the second epoch (step 30 = epoch 1, batch 7), then resume.
     let ckpt = dir.path().join("stopped.ckpt");
-    let (first, _) = run(dir.path(), None, Some((30, ckpt.clone())));
+    let (first, _) = fit(dir.path(), None, Some((30, ckpt.clone())));
     assert_eq!(first.len(), 30);
-    let (rest, resumed_weights) = run(dir.path(), Some(ckpt), None);
+    let (rest, resumed_weights) = fit(dir.path(), Some(ckpt), None);
     assert_eq!(rest.first().map(|(step, _)| *step), Some(31));
 
     let joined: Vec<(u64, u64)> = first.into_iter().chain(rest).collect();
@@ -64,4 +66,18 @@ fn a_resumed_run_continues_bitwise_like_an_uninterrupted_one() {
         resumed_weights == weights,
         "the resumed run's weights differ from the uninterrupted run's"
     );
+}
+
+#[test]
+fn a_resumed_run_continues_bitwise_like_an_uninterrupted_one() {
+    resumed_equals_uninterrupted::<Autodiff<Flex>>(FlexDevice);
+}
+
+#[cfg(feature = "tch")]
+#[test]
+fn a_resumed_run_continues_bitwise_like_an_uninterrupted_one_on_libtorch() {
+    use ember::Accelerator;
+    use ember::tch::TchCpuAccelerator;
+    let device = TchCpuAccelerator::parallel_devices(&[0]).remove(0);
+    resumed_equals_uninterrupted::<<TchCpuAccelerator as Accelerator>::Backend>(device);
 }

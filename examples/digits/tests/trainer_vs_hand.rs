@@ -1,17 +1,16 @@
 //! ACCEPTANCE 27: with a fixed seed, fit through the Trainer gives bitwise the same weights as
-//! the hand-written burn loop over the same batches (cpu).
+//! the hand-written burn loop over the same batches, on the same backend (burn-flex; LibTorch's
+//! CPU with the `tch` feature).
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, Mlp, ModelConfig};
 use digits::train::{DataConfig, fit_by_hand};
 use ember::{Trainer, TrainerOptions};
-
-type B = Autodiff<Flex>;
 
 /// Every float parameter's bits, in module order.
 struct Bits(Vec<Vec<u32>>);
@@ -23,19 +22,19 @@ impl<B: Backend> ModuleVisitor<B> for Bits {
     }
 }
 
-fn bits(model: &Mlp<B>) -> Vec<Vec<u32>> {
+fn bits<B: Backend>(model: &Mlp<B>) -> Vec<Vec<u32>> {
     let mut visitor = Bits(Vec::new());
     model.visit(&mut visitor);
     visitor.0
 }
 
-#[test]
-fn trainer_and_hand_loop_give_bitwise_equal_weights() {
+/// Fits 3 epochs through the Trainer and by hand on `device` and compares the weights' bits.
+fn trainer_equals_hand_loop<B: AutodiffBackend>(device: B::Device) {
     let model_config = ModelConfig::default();
     let data_config = DataConfig::default();
     let epochs = 3;
     let (hand, report) =
-        fit_by_hand::<B>(&FlexDevice, &model_config, &data_config, epochs, |_, _| {}).unwrap();
+        fit_by_hand::<B>(&device, &model_config, &data_config, epochs, |_, _| {}).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let options = TrainerOptions {
@@ -45,7 +44,7 @@ fn trainer_and_hand_loop_give_bitwise_equal_weights() {
         default_root_dir: dir.path().to_owned(),
         ..TrainerOptions::default()
     };
-    let mut trainer = Trainer::<B>::on_device(FlexDevice, options).unwrap();
+    let mut trainer = Trainer::<B>::on_device(device, options).unwrap();
     let model = DigitsModel::<B>::new(&model_config, trainer.device());
     let out = trainer
         .fit(model, &mut DigitsData::new(data_config))
@@ -64,4 +63,19 @@ fn trainer_and_hand_loop_give_bitwise_equal_weights() {
         "val_acc {val_acc} vs the hand loop's {:?}",
         report.val_accuracy
     );
+}
+
+#[test]
+fn trainer_and_hand_loop_give_bitwise_equal_weights() {
+    trainer_equals_hand_loop::<Autodiff<Flex>>(FlexDevice);
+}
+
+#[cfg(feature = "tch")]
+#[test]
+fn trainer_and_hand_loop_give_bitwise_equal_weights_on_libtorch() {
+    use ember::Accelerator;
+    use ember::tch::TchCpuAccelerator;
+    // The devices as the Trainer gets them for tch-cpu (LibTorch's threads set once).
+    let device = TchCpuAccelerator::parallel_devices(&[0]).remove(0);
+    trainer_equals_hand_loop::<<TchCpuAccelerator as Accelerator>::Backend>(device);
 }
