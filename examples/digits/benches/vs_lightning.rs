@@ -32,9 +32,10 @@ use cpu_peak::{CpuPeak, mlp_step_flops};
 use digits::data::{DigitsData, PIXELS};
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::{DataConfig, fit_by_hand, train_by_hand};
+use ember::callbacks::{Callback, CallbackContext};
 use ember::options::Limit;
 use ember::tch::TchCpuAccelerator;
-use ember::{Accelerator, Callback, CallbackContext, Trainer, TrainerOptions};
+use ember::{Accelerator, Trainer, TrainerOptions};
 use ember_acceptance::process::run_measured;
 use rounds::{median, rounds};
 
