@@ -142,7 +142,8 @@ trainer_options! {
         "seed for weights, shuffling and dropout; null draws one", shown "the app's";
     /// Require bitwise reproducible kernels, or refuse at plan time with the reason (exit 2):
     /// cpu honours it when `RAYON_NUM_THREADS=1` (burn-flex combines the partial sums of
-    /// large tensors in work-stealing order otherwise); cuda and wgpu refuse.
+    /// large tensors in work-stealing order otherwise); tch-cpu honours it (LibTorch's CPU
+    /// kernels split work statically by thread count); cuda, tch-cuda and wgpu refuse.
     deterministic: bool = false, Flag,
         "require bitwise reproducible kernels, or fail if the backend has none";
     /// Flush subnormal floats to zero (FTZ/DAZ) on the threads that compute on the host: the
