@@ -51,6 +51,13 @@ if [ "${1:-}" = "--torch" ]; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$pins"
         cp "$pins" "$venv/ember-pins.txt"
     fi
+    # The tch row's tests run with the venv's python first on PATH (burn-tch's build asks it for
+    # torch's paths), and some tests read ember's files with Python's tensorboard and
+    # safetensors packages: the venv has them too.
+    if ! "$venv/bin/python" -c "import tensorboard, safetensors, numpy" 2>/dev/null; then
+        echo "setup: installing tensorboard, safetensors and numpy into $venv (pip)"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check tensorboard safetensors numpy
+    fi
 fi
 
 # The pinned toolchain (rust-toolchain.toml) with rustfmt and clippy.

@@ -127,7 +127,6 @@ def lightning_fit(data, hidden, batch, epochs, validate):
             devices=1,
             max_epochs=epochs,
             enable_progress_bar=False,
-            enable_model_summary=False,
             limit_val_batches=1.0 if validate else 0,
             callbacks=[clock],
             default_root_dir=root,
@@ -148,6 +147,7 @@ def main():
     hidden = [int(h) for h in hidden.split(",")]
     run = {"torch-hand": torch_hand, "lightning": lightning_fit}[contender]
     steps, train_s, val_acc = run(load(data_dir), hidden, int(batch), int(epochs), validate)
+    val_acc = None if val_acc != val_acc else val_acc  # NaN (no validation) is JSON's null
     print(json.dumps({"steps": steps, "train_s": train_s, "val_acc": val_acc}))
 
 
