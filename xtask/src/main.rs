@@ -157,17 +157,34 @@ fn lint() -> bool {
         )
 }
 
-/// One row of the backend matrix: a name and the cargo invocation it must pass.
+/// One row of the backend matrix: a name and the features its `cargo test` runs with.
 ///
 /// Every row tests the whole workspace so that dependency features unify the same way in each
 /// row and burn is built once, not once per row; only the tch row builds ember-accel-tch (its
-/// build needs the torch venv).
+/// build needs the torch venv, whose variables it gets).
 struct Row {
     backend: &'static str,
     what: &'static str,
-    args: Vec<&'static str>,
+    features: Option<&'static str>,
     envs: Vec<(&'static str, &'static str)>,
-    torch: bool,
+}
+
+impl Row {
+    fn builds_libtorch(&self) -> bool {
+        self.backend == "tch"
+    }
+
+    /// The row's `cargo` arguments.
+    fn args(&self) -> Vec<&'static str> {
+        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
+        if !self.builds_libtorch() {
+            args.extend(["--exclude", "ember-accel-tch"]);
+        }
+        if let Some(features) = self.features {
+            args.extend(["--features", features]);
+        }
+        args
+    }
 }
 
 fn matrix() -> Vec<Row> {
@@ -175,58 +192,26 @@ fn matrix() -> Vec<Row> {
         Row {
             backend: "cpu",
             what: "build + all tests",
-            args: vec![
-                "test",
-                "--workspace",
-                "--exclude",
-                "ember-accel-tch",
-                "--no-fail-fast",
-            ],
+            features: None,
             envs: vec![],
-            torch: false,
         },
         Row {
             backend: "cuda",
             what: "build + unit and acceptance tests (no GPU needed)",
-            args: vec![
-                "test",
-                "--workspace",
-                "--exclude",
-                "ember-accel-tch",
-                "--no-fail-fast",
-                "--features",
-                "ember-acceptance/cuda,digits/cuda",
-            ],
+            features: Some("ember-acceptance/cuda,digits/cuda"),
             envs: vec![],
-            torch: false,
         },
         Row {
             backend: "wgpu",
             what: "build + unit and acceptance tests (lavapipe when no GPU)",
-            args: vec![
-                "test",
-                "--workspace",
-                "--exclude",
-                "ember-accel-tch",
-                "--no-fail-fast",
-                "--features",
-                "ember-acceptance/wgpu,digits/wgpu",
-            ],
+            features: Some("ember-acceptance/wgpu,digits/wgpu"),
             envs: vec![("EMBER_WGPU_SOFTWARE", "1")],
-            torch: false,
         },
         Row {
             backend: "tch",
             what: "build + unit, acceptance and digits tests on LibTorch's CPU",
-            args: vec![
-                "test",
-                "--workspace",
-                "--no-fail-fast",
-                "--features",
-                "ember-acceptance/tch,digits/tch",
-            ],
+            features: Some("ember-acceptance/tch,digits/tch"),
             envs: vec![],
-            torch: true,
         },
     ]
 }
@@ -235,8 +220,12 @@ fn test_matrix() -> bool {
     let mut results = Vec::new();
     for row in matrix() {
         let start = Instant::now();
-        let more = if row.torch { torch_env() } else { Vec::new() };
-        let ok = run_in("cargo", &row.args, &row.envs, &more);
+        let more = if row.builds_libtorch() {
+            torch_env()
+        } else {
+            Vec::new()
+        };
+        let ok = run_in("cargo", &row.args(), &row.envs, &more);
         results.push((row.backend, row.what, ok, start.elapsed().as_secs()));
     }
     println!(

@@ -120,17 +120,18 @@ fn ember_fit<B: AutodiffBackend>(
     device: B::Device,
     model: &ModelConfig,
     data: &DataConfig,
-    task: &Task,
+    epochs: usize,
+    validate: bool,
 ) -> anyhow::Result<(u64, f64, f64)> {
     let root = tempfile::tempdir()?;
     let mut options = TrainerOptions {
         seed: Some(SEED),
-        max_epochs: Some(task.epochs as u64),
+        max_epochs: Some(epochs as u64),
         enable_progress_bar: false,
         default_root_dir: root.path().to_owned(),
         ..TrainerOptions::default()
     };
-    if !task.validate {
+    if !validate {
         options.limit_val_batches = Limit::Batches(0);
     }
     let val_seconds = std::rc::Rc::new(std::cell::Cell::new(0.0));
@@ -151,12 +152,8 @@ fn contender(name: &str, args: &[String]) -> anyhow::Result<()> {
     let [hidden, batch, epochs, rest @ ..] = args else {
         anyhow::bail!("usage: contender NAME HIDDEN BATCH EPOCHS [--no-val]");
     };
-    let task = Task {
-        hidden: "",
-        batch: batch.parse()?,
-        epochs: epochs.parse()?,
-        validate: !rest.iter().any(|a| a == "--no-val"),
-    };
+    let epochs: usize = epochs.parse()?;
+    let validate = !rest.iter().any(|a| a == "--no-val");
     let model = ModelConfig {
         hidden: hidden
             .split(',')
@@ -165,21 +162,22 @@ fn contender(name: &str, args: &[String]) -> anyhow::Result<()> {
         ..ModelConfig::default()
     };
     let data = DataConfig {
-        batch_size: task.batch,
+        batch_size: batch.parse()?,
         ..DataConfig::default()
     };
     let (steps, train_s, val_acc) = match name {
-        "ember" => ember_fit::<Autodiff<Flex>>(FlexDevice, &model, &data, &task)?,
+        "ember" => ember_fit::<Autodiff<Flex>>(FlexDevice, &model, &data, epochs, validate)?,
         "ember-libtorch" => {
+            type B = <TchCpuAccelerator as Accelerator>::Backend;
             let device = TchCpuAccelerator::parallel_devices(&[0]).remove(0);
-            ember_fit::<<TchCpuAccelerator as Accelerator>::Backend>(device, &model, &data, &task)?
+            ember_fit::<B>(device, &model, &data, epochs, validate)?
         }
         "burn-hand" => {
             type B = Autodiff<Flex>;
-            let (_, report) = if task.validate {
-                fit_by_hand::<B>(&FlexDevice, &model, &data, task.epochs, |_, _| {})?
+            let (_, report) = if validate {
+                fit_by_hand::<B>(&FlexDevice, &model, &data, epochs, |_, _| {})?
             } else {
-                train_by_hand::<B>(&FlexDevice, &model, &data, task.epochs)?
+                train_by_hand::<B>(&FlexDevice, &model, &data, epochs)?
             };
             let val_acc = report.val_accuracy.last().copied().unwrap_or(f64::NAN);
             let train_s = report.seconds - report.val_seconds;
@@ -187,14 +185,9 @@ fn contender(name: &str, args: &[String]) -> anyhow::Result<()> {
         }
         other => anyhow::bail!("unknown contender {other}"),
     };
-    println!(
-        "{{\"steps\": {steps}, \"train_s\": {train_s}, \"val_acc\": {}}}",
-        if val_acc.is_nan() {
-            "null".to_owned()
-        } else {
-            val_acc.to_string()
-        }
-    );
+    // serde_json writes NaN (no validation) as null.
+    let report = serde_json::json!({"steps": steps, "train_s": train_s, "val_acc": val_acc});
+    println!("{report}");
     Ok(())
 }
 
