@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: trains digits on cuda for 3 epochs at each precision cuda
-# runs (each must print a val_acc), then runs the precision benchmark on cuda, whose last line
-# is `bf16-mixed/32-true speed: X.XXx`. Uses the binaries scripts/gpu-bundle.sh packed into
-# target/gpu/ember-gpu.tar.gz; needs no Rust toolchain. ROUNDS (default 3) sets the
-# benchmark's rounds.
+# On a machine with an NVIDIA GPU, from the binaries scripts/gpu-bundle.sh packed into
+# target/gpu/ember-gpu.tar.gz (no Rust toolchain needed):
+#  1. the tests that skip without a GPU: NCCL on one rank (init, all-reduce of burn's buffer,
+#     broadcast, destroy), NVML's device stats, ACCEPTANCE 27 and 29 on cuda;
+#  2. digits on cuda for 3 epochs at each precision cuda runs (each prints its val_acc);
+#  3. a full digits fit under ddp with one rank whose gradients go through NCCL;
+#  4. the precision benchmark on cuda (last line `bf16-mixed/32-true speed: X.XXx`).
+# NCCL comes from pip's nvidia-nccl wheel (PYTHON, default python3, must import it): that
+# wheel ships only libnccl.so.2, so a libnccl.so link to it goes on LD_LIBRARY_PATH.
+# ROUNDS (default 3) sets the benchmark's rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 tar -xzf target/gpu/ember-gpu.tar.gz -C "$bin"
 nvidia-smi -L || echo "gpu-check: nvidia-smi is missing; trying anyway" >&2
+nccl=$("${PYTHON:-python3}" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+if [ -n "$nccl" ] && [ -e "$nccl/libnccl.so.2" ]; then
+    mkdir -p "$bin/lib" && ln -sf "$nccl/libnccl.so.2" "$bin/lib/libnccl.so"
+    export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "gpu-check: NCCL from $nccl"
+else
+    echo "gpu-check: no nvidia-nccl wheel found for ${PYTHON:-python3}; the NCCL steps will fail" >&2
+fi
+for test in "$bin"/test-*; do
+    echo "== $(basename "$test")"
+    "$test" --nocapture --test-threads=1
+done
 for precision in 32-true 16-true bf16-true 16-mixed bf16-mixed; do
     dir=$(mktemp -d)
     echo "== digits fit on cuda, $precision"
@@ -17,5 +34,16 @@ for precision in 32-true 16-true bf16-true 16-mixed bf16-mixed; do
         --trainer.max_epochs=3 --trainer.enable_progress_bar=false)
     rm -rf "$dir"
 done
+dir=$(mktemp -d)
+echo "== digits fit on cuda under ddp, one rank, gradients through NCCL"
+(cd "$dir" && RUST_LOG=ember=debug "$bin/digits" fit --trainer.accelerator=cuda \
+    --trainer.strategy=ddp --trainer.devices=1 --trainer.plugins='[nccl]' \
+    --trainer.max_epochs=3 --trainer.enable_progress_bar=false --print-plan) 2>&1 \
+    | grep -v "^DEBUG" | head -5
+(cd "$dir" && RUST_LOG=ember=debug "$bin/digits" fit --trainer.accelerator=cuda \
+    --trainer.strategy=ddp --trainer.devices=1 --trainer.plugins='[nccl]' \
+    --trainer.max_epochs=3 --trainer.enable_progress_bar=false) 2>&1 \
+    | grep -E "through nccl|val_acc|error" | tail -5
+rm -rf "$dir"
 echo "== cargo xtask bench precision ${ROUNDS:-3} --accelerator cuda"
 "$bin/precision" "${ROUNDS:-3}" --accelerator cuda

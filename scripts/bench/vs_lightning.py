@@ -1,13 +1,19 @@
-"""The PyTorch side of `cargo xtask bench vs-lightning`: one run of the digits task by a
-hand-written PyTorch loop (`torch-hand`) or by PyTorch Lightning's Trainer (`lightning`).
+"""The PyTorch side of `cargo xtask bench vs-lightning` and of the GPU benchmark
+(examples/digits/benches/gpu.rs): one run of the digits task by a hand-written PyTorch loop
+(`torch-hand`) or by PyTorch Lightning's Trainer (`lightning`).
 
     python vs_lightning.py torch-hand|lightning DATA_DIR HIDDEN BATCH EPOCHS [--no-val]
+        [--device cpu|cuda] [--precision 32-true|bf16-mixed]
 
 DATA_DIR holds the split the Rust side wrote (train_x.f32, train_y.u8, val_x.f32, val_y.u8:
 little-endian, pixels already scaled to 0..1), so every contender trains on the same 80/20
 split. HIDDEN is the hidden widths, e.g. 256,256. The last line printed is one JSON object:
 steps, train_s (fit time less validation time, as the Rust contenders measure it), val_acc.
 Threads: torch.set_num_threads(2), the same two threads every contender gets.
+
+With `--device cuda` the model trains on GPU 0 (batches copied from the host each step, as the
+Rust contenders do), bf16-mixed runs under torch.autocast, and the clock starts after the first
+epoch (cuBLAS heuristics and allocator warm-up), so steps and train_s count the later epochs.
 """
 
 import json
@@ -51,34 +57,46 @@ def accuracy(model, x, y):
         return (model(x).argmax(1) == y).float().mean().item()
 
 
-def torch_hand(data, hidden, batch, epochs, validate):
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def torch_hand(data, hidden, batch, epochs, validate, device, precision):
     train_x, train_y, val_x, val_y = data
-    model = mlp(hidden)
+    model = mlp(hidden).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(SEED)
+    mixed = precision == "bf16-mixed"
     steps, val_s, val_acc = 0, 0.0, float("nan")
-    start = time.perf_counter()
-    for _ in range(epochs):
+    start, first = time.perf_counter(), 0
+    for epoch in range(epochs):
         model.train()
         order = torch.randperm(len(train_x), generator=generator)
         for i in range(0, len(order), batch):
             idx = order[i : i + batch]
+            x, y = train_x[idx].to(device), train_y[idx].to(device)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(train_x[idx]), train_y[idx])
+            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=mixed):
+                loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
             steps += 1
         if validate:
             v = time.perf_counter()
             model.eval()
-            val_acc = accuracy(model, val_x, val_y)
+            val_acc = accuracy(model, val_x.to(device), val_y.to(device))
             val_s += time.perf_counter() - v
+        if device == "cuda" and epoch == 0:
+            synchronize(device)
+            start, first = time.perf_counter(), steps
+    synchronize(device)
     total = time.perf_counter() - start
-    return steps, total - val_s, val_acc
+    return steps - first, total - val_s, val_acc
 
 
-def lightning_fit(data, hidden, batch, epochs, validate):
+def lightning_fit(data, hidden, batch, epochs, validate, device, precision):
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -117,36 +135,59 @@ def lightning_fit(data, hidden, batch, epochs, validate):
         def on_validation_end(self, trainer, module):
             self.seconds += time.perf_counter() - self.started
 
+    class AfterFirstEpoch(L.Callback):
+        """On a GPU, the clock and step count at the end of the first epoch."""
+
+        def __init__(self):
+            self.start, self.steps = None, 0
+
+        def on_train_epoch_end(self, trainer, module):
+            if device == "cuda" and self.start is None:
+                synchronize(device)
+                self.start, self.steps = time.perf_counter(), trainer.global_step
+
     L.seed_everything(SEED, verbose=False)
     train = DataLoader(TensorDataset(train_x, train_y), batch_size=batch, shuffle=True)
     val = DataLoader(TensorDataset(val_x, val_y), batch_size=batch)
-    clock = ValClock()
+    clock, after_first = ValClock(), AfterFirstEpoch()
     with tempfile.TemporaryDirectory() as root:
         trainer = L.Trainer(
-            accelerator="cpu",
+            accelerator="gpu" if device == "cuda" else "cpu",
             devices=1,
+            precision=precision,
             max_epochs=epochs,
             enable_progress_bar=False,
             limit_val_batches=1.0 if validate else 0,
-            callbacks=[clock],
+            callbacks=[clock, after_first],
             default_root_dir=root,
         )
         module = Digits()
         start = time.perf_counter()
         trainer.fit(module, train, val)
+        synchronize(device)
         total = time.perf_counter() - start
         val_acc = float(trainer.callback_metrics.get("val_acc", float("nan")))
+        if after_first.start is not None:
+            return trainer.global_step - after_first.steps, time.perf_counter() - after_first.start, val_acc
         return trainer.global_step, total - clock.seconds, val_acc
 
 
 def main():
     contender, data_dir, hidden, batch, epochs = sys.argv[1:6]
-    validate = "--no-val" not in sys.argv[6:]
+    options = sys.argv[6:]
+    validate = "--no-val" not in options
+
+    def option(name, default):
+        return options[options.index(name) + 1] if name in options else default
+
+    device, precision = option("--device", "cpu"), option("--precision", "32-true")
     torch.set_num_threads(THREADS)
     torch.manual_seed(SEED)
     hidden = [int(h) for h in hidden.split(",")]
     run = {"torch-hand": torch_hand, "lightning": lightning_fit}[contender]
-    steps, train_s, val_acc = run(load(data_dir), hidden, int(batch), int(epochs), validate)
+    steps, train_s, val_acc = run(
+        load(data_dir), hidden, int(batch), int(epochs), validate, device, precision
+    )
     val_acc = None if val_acc != val_acc else val_acc  # NaN (no validation) is JSON's null
     print(json.dumps({"steps": steps, "train_s": train_s, "val_acc": val_acc}))
 

@@ -106,10 +106,19 @@ fn a25_print_plan_is_one_json_object_with_exactly_the_plan_keys() {
         "node_rank",
         "main_address",
         "main_port",
+        "process_group_backend",
     ];
     expected.sort_unstable();
     assert_eq!(keys, expected);
     assert_eq!(plan["devices"], serde_json::json!([0, 1, 2]));
+    // ddp on cuda sums on the GPUs through NCCL where the real cuda accelerator is built in;
+    // the planning-only stand-in has no device collective.
+    let backend = if cfg!(feature = "cuda") {
+        "nccl"
+    } else {
+        "mpi"
+    };
+    assert_eq!(plan["process_group_backend"], backend);
     assert_eq!(plan["accelerator"], "cuda");
     assert_eq!(plan["flush_denormal"], false, "off by default on a GPU");
 }
@@ -240,4 +249,39 @@ fn fit_with_an_injected_accelerator_the_machine_lacks_exits_2() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn the_process_group_backend_is_chosen_with_plugins_and_checked_at_plan_time() {
+    let cuda = env(&[("EMBER_INVENTORY", "cuda=2")]);
+    let plan = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&printed(args, &cuda)).unwrap()
+    };
+    let ddp = [
+        "fit",
+        "--print-plan",
+        "--trainer.accelerator=cuda",
+        "--trainer.devices=2",
+    ];
+    let chosen = plan(&[&ddp[..], &["--trainer.plugins=[mpi]"]].concat());
+    assert_eq!(chosen["process_group_backend"], "mpi");
+    let single = plan(&["fit", "--print-plan", "--trainer.accelerator=cpu"]);
+    assert!(single.get("process_group_backend").is_none(), "{single}");
+
+    let on_cpu = failure(&["fit", "--trainer.strategy=ddp", "--trainer.plugins=[nccl]"]);
+    if cfg!(feature = "cuda") {
+        assert!(on_cpu.contains("--trainer.plugins"), "{on_cpu}");
+        assert!(
+            on_cpu.contains("accelerator cpu has no device collective"),
+            "{on_cpu}"
+        );
+    } else {
+        // Without the real cuda accelerator no device collective is registered at all.
+        assert!(on_cpu.contains("unknown plugin"), "{on_cpu}");
+    }
+    let single_mpi = failure(&["fit", "--trainer.plugins=[mpi]"]);
+    assert!(
+        single_mpi.contains("strategy single_device runs one"),
+        "{single_mpi}"
+    );
 }

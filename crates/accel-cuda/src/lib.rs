@@ -2,11 +2,20 @@
 //!
 //! Availability and device count come from the CUDA driver (`libcuda`), loaded at run time
 //! through cudarc, so this crate builds without CUDA and a binary that includes it runs on a
-//! machine without a GPU: there `is_available()` is simply false.
+//! machine without a GPU: there `is_available()` is simply false. `ddp` ranks sum gradients
+//! on their GPUs through NCCL ([`nccl`]); device statistics come from NVML ([`stats`]). Both
+//! libraries are loaded at run time too.
+
+pub mod nccl;
+pub mod stats;
+
+use std::rc::Rc;
 
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use cudarc::driver::{CudaContext, result, sys};
+use ember_core::collective::Collective;
+use ember_core::plugins::device_reduce::DeviceCollective;
 use ember_core::{Accelerator, AcceleratorKind, DeviceStats, Precision};
 
 /// The backend CUDA runs train on.
@@ -80,23 +89,41 @@ impl Accelerator for CudaAccelerator {
         )
     }
 
+    /// NVML's utilisation, memory, temperature and power (the driver's memory figures
+    /// where NVML cannot be loaded).
     fn device_stats(device: &CudaDevice) -> DeviceStats {
-        let mut stats = DeviceStats::new();
-        if let Some((free, total)) = memory_info(device.index) {
-            stats.insert("memory_used_bytes".into(), (total - free) as f64);
-            stats.insert("memory_total_bytes".into(), total as f64);
-        }
-        stats
+        stats::device_stats(device.index)
     }
+
+    fn device_collective_name() -> Option<&'static str> {
+        Some(nccl::NCCL)
+    }
+
+    fn device_collective(
+        host: Rc<dyn Collective>,
+        device: &CudaDevice,
+    ) -> anyhow::Result<Box<dyn DeviceCollective>> {
+        Ok(Box::new(nccl::NcclCollective::new(host.as_ref(), device)?))
+    }
+}
+
+/// The driver context of device `index` (its primary context, retained); `None` when the
+/// driver or the device is missing.
+fn memory_context(index: usize) -> Option<std::sync::Arc<CudaContext>> {
+    if index >= cuda_device_count() {
+        return None;
+    }
+    CudaContext::new(index).ok()
+}
+
+/// The name of device `index` (e.g. `NVIDIA H100 80GB HBM3`); `None` when unavailable.
+pub fn device_name(index: usize) -> Option<String> {
+    memory_context(index)?.name().ok()
 }
 
 /// Free and total memory of device `index`, through the driver; `None` when unavailable.
 pub fn memory_info(index: usize) -> Option<(usize, usize)> {
-    if index >= cuda_device_count() {
-        return None;
-    }
-    let context = CudaContext::new(index).ok()?;
-    context.mem_get_info().ok()
+    memory_context(index)?.mem_get_info().ok()
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
 //! The accelerator seam: a burn backend type on one side, a run-time name on the other.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use burn::tensor::Device;
 use burn::tensor::backend::AutodiffBackend;
 
 use crate::catalog::AcceleratorSpec;
+use crate::collective::Collective;
 use crate::devices::{self, DevicesFlag};
+use crate::plugins::device_reduce::DeviceCollective;
 use crate::precision::Precision;
 
 pub use ember_plan::accelerator::{AcceleratorKind, check_deterministic, flush_denormal};
@@ -73,6 +76,25 @@ pub trait Accelerator: 'static {
     fn precisions() -> &'static [Precision] {
         &[Precision::F32True]
     }
+
+    /// The name of the collective that sums `ddp`'s gradients on this accelerator's devices
+    /// (`nccl` for cuda), selectable as `--trainer.plugins=[NAME]` and the default process
+    /// group backend of `ddp` here; `None` (the default): gradients go through the host
+    /// collective of the engine that started the ranks.
+    fn device_collective_name() -> Option<&'static str> {
+        None
+    }
+
+    /// Builds the device collective for this process, on `device`, bootstrapped over the
+    /// `host` collective (e.g. rank 0's NCCL unique id broadcast to the others). Called once
+    /// per Trainer, only when the plan chose [`device_collective_name`](Self::device_collective_name).
+    fn device_collective(
+        host: Rc<dyn Collective>,
+        device: &DeviceOf<Self>,
+    ) -> anyhow::Result<Box<dyn DeviceCollective>> {
+        let _ = (host, device);
+        anyhow::bail!("accelerator {} has no device collective", Self::name())
+    }
 }
 
 /// The connector's view of accelerator `A`: its names, rules and probe, without its backend.
@@ -86,6 +108,7 @@ pub fn spec<A: Accelerator>() -> AcceleratorSpec {
         probe: probe::<A>,
         parse_devices: A::parse_devices,
         deterministic: A::deterministic,
+        device_collective: A::device_collective_name(),
     }
 }
 

@@ -54,7 +54,7 @@ impl fmt::Display for RegistryError {
                 ),
                 _ => write!(
                     f,
-                    "{what} `{name}`: the name is already taken by a built-in precision, a plugin or a cluster environment"
+                    "{what} `{name}`: the name is already taken by a built-in precision, a plugin, a cluster environment or a process group backend"
                 ),
             },
             RegistryError::BadName { what, name } => write!(
@@ -245,7 +245,8 @@ impl<J: Job> Registry<J> {
         check_name(what, name)?;
         let taken = Precision::parse(name).is_ok()
             || self.catalog.plugin(name).is_some()
-            || self.catalog.cluster_environment(name).is_some();
+            || self.catalog.cluster_environment(name).is_some()
+            || self.catalog.process_group_backends().contains(&name);
         if taken {
             return Err(RegistryError::Duplicate {
                 what,

@@ -8,6 +8,7 @@ use crate::cluster::{ClusterEnvironment, builtin_environments};
 use crate::devices::DevicesFlag;
 use crate::error::list;
 use crate::precision::Precision;
+use crate::process_group;
 use crate::strategy::{StrategyInfo, builtin_strategies};
 
 /// Names that select accelerators indirectly and so cannot be registered.
@@ -32,6 +33,9 @@ pub struct AcceleratorSpec {
     pub parse_devices: fn(&DevicesFlag, usize) -> Result<Vec<usize>, String>,
     /// Whether it can honour `deterministic=true` (the error says why not).
     pub deterministic: fn() -> Result<(), String>,
+    /// The name of its collective that sums gradients on the device (`nccl` for cuda), a
+    /// process group backend `ddp` can use; `None`: only the host collective.
+    pub device_collective: Option<&'static str>,
 }
 
 /// What a plugin named in `--trainer.plugins` is.
@@ -120,13 +124,27 @@ impl Catalog {
         self.cluster_environments.iter().map(|e| e.name())
     }
 
-    /// Every name `--trainer.plugins` accepts: registered plugins and cluster environments.
+    /// Every process group backend name `--trainer.plugins` accepts: `mpi`, then the
+    /// registered accelerators' device collectives.
+    pub fn process_group_backends(&self) -> Vec<&'static str> {
+        let mut names = vec![process_group::MPI];
+        for name in self.accelerators.iter().filter_map(|a| a.device_collective) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// Every name `--trainer.plugins` accepts: registered plugins, cluster environments and
+    /// process group backends.
     pub fn plugin_choices(&self) -> String {
         list(
             self.plugins
                 .iter()
                 .map(|p| p.name.as_str())
-                .chain(self.cluster_environment_names()),
+                .chain(self.cluster_environment_names())
+                .chain(self.process_group_backends()),
         )
     }
 

@@ -11,6 +11,7 @@ use crate::flags::TrainerFlags;
 use crate::inventory::Inventory;
 use crate::plan::Plan;
 use crate::precision::Precision;
+use crate::process_group;
 use crate::strategy::{DDP, SINGLE_DEVICE};
 
 /// Resolves flags into a plan for this process.
@@ -63,6 +64,16 @@ pub fn connect(
         num_nodes,
         ranks.world_size,
     )?;
+    let distributed = catalog.strategy(&strategy).is_some_and(|s| s.distributed);
+    let process_group_backend = process_group::select(
+        chosen.process_group.as_deref(),
+        process_group::AcceleratorSide {
+            name: accelerator.name,
+            device_collective: accelerator.device_collective,
+        },
+        &strategy,
+        distributed,
+    )?;
     Ok(Plan {
         accelerator: accelerator.name.to_owned(),
         strategy,
@@ -71,6 +82,7 @@ pub fn connect(
         precision,
         flush_denormal,
         plugins: chosen.names,
+        process_group_backend,
         cluster_environment: environment.name().to_owned(),
         world_size: ranks.world_size,
         global_rank: ranks.global_rank,
@@ -203,6 +215,8 @@ struct ChosenPlugins<'c> {
     precision_base: Option<&'c str>,
     /// The cluster environment chosen by name.
     environment: Option<&'c Arc<dyn ClusterEnvironment>>,
+    /// The process group backend chosen by name.
+    process_group: Option<String>,
 }
 
 fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<ChosenPlugins<'c>> {
@@ -210,6 +224,7 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
         names: Vec::new(),
         precision_base: None,
         environment: None,
+        process_group: None,
     };
     let env_choice = flags.cluster_environment.trim().to_ascii_lowercase();
     if env_choice != "auto" {
@@ -243,6 +258,15 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
                 format!("a run takes one {what}, but both {first} and {name} were given"),
             )
         };
+        if catalog.process_group_backends().contains(&name.as_str()) {
+            if let Some(first) = &chosen.process_group
+                && *first != name
+            {
+                return Err(clash("process group backend", first));
+            }
+            chosen.process_group = Some(name.clone());
+            continue;
+        }
         if let Some(environment) = catalog.cluster_environment(&name) {
             match chosen.environment {
                 Some(e) if e.name() != environment.name() => {

@@ -31,7 +31,7 @@ pub const PLAN_KEYS: [(&str, &str); 7] = [
     ),
     (
         "plugins",
-        "registered plugins by name: a precision plugin, a checkpoint IO, a cluster environment [default: []]",
+        "registered plugins by name: a precision plugin, a checkpoint IO, a cluster environment, a process group backend (mpi, or an accelerator's own, e.g. nccl) [default: []]",
     ),
 ];
 

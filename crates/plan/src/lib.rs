@@ -20,6 +20,7 @@ pub mod inventory;
 pub mod options;
 pub mod plan;
 pub mod precision;
+pub mod process_group;
 pub mod stage;
 pub mod strategy;
 

@@ -25,6 +25,11 @@ pub struct Plan {
     /// `--trainer.plugins` or `--trainer.precision` named them; shown only when there are some.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<String>,
+    /// What `ddp`'s ranks reduce gradients through (`nccl`: on the device; `mpi`: host
+    /// buffers through the engine that started the ranks), as `--trainer.plugins` chose it or
+    /// the accelerator's default; shown for strategies other than single_device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_group_backend: Option<String>,
     /// Cluster environment name.
     pub cluster_environment: String,
     /// Processes in the run.
@@ -70,6 +75,7 @@ impl Plan {
             precision,
             flush_denormal: crate::accelerator::FLUSH_DENORMAL_SUPPORTED,
             plugins: Vec::new(),
+            process_group_backend: None,
             cluster_environment: crate::cluster::LOCAL.to_owned(),
             world_size: 1,
             global_rank: 0,

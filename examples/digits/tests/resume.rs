@@ -81,3 +81,17 @@ fn a_resumed_run_continues_bitwise_like_an_uninterrupted_one_on_libtorch() {
     let device = TchCpuAccelerator::parallel_devices(&[0]).remove(0);
     resumed_equals_uninterrupted::<<TchCpuAccelerator as Accelerator>::Backend>(device);
 }
+
+/// ACCEPTANCE 29 on a GPU (scripts/gpu-check.sh runs it there).
+#[cfg(feature = "cuda")]
+#[test]
+fn a_resumed_run_continues_bitwise_like_an_uninterrupted_one_on_cuda() {
+    use ember::Accelerator;
+    use ember::cuda::CudaAccelerator;
+    if !CudaAccelerator::is_available() {
+        eprintln!("skip: no CUDA device here (scripts/gpu-check.sh runs this on a GPU machine)");
+        return;
+    }
+    let device = CudaAccelerator::parallel_devices(&[0]).remove(0);
+    resumed_equals_uninterrupted::<<CudaAccelerator as Accelerator>::Backend>(device);
+}

@@ -79,3 +79,19 @@ fn trainer_and_hand_loop_give_bitwise_equal_weights_on_libtorch() {
     let device = TchCpuAccelerator::parallel_devices(&[0]).remove(0);
     trainer_equals_hand_loop::<<TchCpuAccelerator as Accelerator>::Backend>(device);
 }
+
+/// ACCEPTANCE 27 on a GPU (scripts/gpu-check.sh runs it there): the same ops in the same
+/// order on the same device, so bitwise equality is expected unless cuda's kernels are not
+/// repeatable from one call to the next.
+#[cfg(feature = "cuda")]
+#[test]
+fn trainer_and_hand_loop_give_bitwise_equal_weights_on_cuda() {
+    use ember::Accelerator;
+    use ember::cuda::CudaAccelerator;
+    if !CudaAccelerator::is_available() {
+        eprintln!("skip: no CUDA device here (scripts/gpu-check.sh runs this on a GPU machine)");
+        return;
+    }
+    let device = CudaAccelerator::parallel_devices(&[0]).remove(0);
+    trainer_equals_hand_loop::<<CudaAccelerator as Accelerator>::Backend>(device);
+}

@@ -14,6 +14,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
 
 use crate::options::ClipAlgorithm;
+use crate::plugins::device_reduce::{self, DeviceCollective};
 use crate::trainer::grads;
 use crate::trainer::weights::sync_running_states;
 
@@ -52,6 +53,15 @@ pub trait Gradients {
     /// Drops the gradients of the parameters `keep` refuses (the optimizer then leaves those
     /// parameters alone): a sharded strategy keeps only what its rank owns.
     fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool);
+
+    /// Averages every gradient over `world_size` ranks on the device, summing through
+    /// `collective` in buckets of at most `bucket_cap_bytes`; returns the bytes reduced.
+    fn average_on_device(
+        &mut self,
+        collective: &dyn DeviceCollective,
+        world_size: usize,
+        bucket_cap_bytes: usize,
+    ) -> anyhow::Result<usize>;
 
     /// burn's container itself, for a plugin that knows the backend and the ranks.
     fn params(&mut self) -> &mut GradientsParams;
@@ -108,6 +118,14 @@ impl<G: Gradients + ?Sized> Gradients for &mut G {
     }
     fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool) {
         (**self).retain(keep);
+    }
+    fn average_on_device(
+        &mut self,
+        collective: &dyn DeviceCollective,
+        world_size: usize,
+        bucket_cap_bytes: usize,
+    ) -> anyhow::Result<usize> {
+        (**self).average_on_device(collective, world_size, bucket_cap_bytes)
     }
     fn params(&mut self) -> &mut GradientsParams {
         (**self).params()
@@ -205,6 +223,21 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Gradients for ModelGradients<'_, 
             keep,
             _backend: PhantomData,
         });
+    }
+
+    fn average_on_device(
+        &mut self,
+        collective: &dyn DeviceCollective,
+        world_size: usize,
+        bucket_cap_bytes: usize,
+    ) -> anyhow::Result<usize> {
+        device_reduce::average_on_device::<B, M>(
+            self.model,
+            self.grads,
+            collective,
+            world_size,
+            bucket_cap_bytes,
+        )
     }
 
     fn params(&mut self) -> &mut GradientsParams {

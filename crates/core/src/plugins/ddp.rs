@@ -135,7 +135,26 @@ impl Strategy for Ddp {
         weights.load_host(own)
     }
 
+    /// Averages the gradients over the ranks: on the device through the parts' device
+    /// collective when there is one (even with one rank, so its path runs wherever it was
+    /// chosen), else through host buffers.
     fn reduce_gradients(&mut self, grads: &mut dyn Gradients) -> anyhow::Result<()> {
+        if let Some(device) = &self.parts.device_collective {
+            let started = Instant::now();
+            let bytes = grads.average_on_device(
+                device.as_ref(),
+                self.world_size(),
+                self.parts.bucket_cap_bytes,
+            )?;
+            tracing::debug!(
+                target: "ember",
+                "ddp: averaged {:.1} MB of gradients on the device through {} in {:.1} ms",
+                bytes as f64 / 1e6,
+                device.name(),
+                started.elapsed().as_secs_f64() * 1e3
+            );
+            return Ok(());
+        }
         if self.world_size() < 2 {
             return Ok(());
         }

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod ddp;
+pub mod device_reduce;
 pub mod precision;
 pub(crate) mod reduce;
 pub mod sharded;

@@ -19,6 +19,7 @@ use crate::checkpoint_io::CheckpointIO;
 use crate::collective::{Collective, ReduceOp};
 use crate::plan::Plan;
 use crate::plugins::access::{Gradients, Weights};
+use crate::plugins::device_reduce::DeviceCollective;
 use crate::plugins::precision::PrecisionPlugin;
 use crate::trainer::data::Shard;
 
@@ -37,6 +38,10 @@ pub struct StrategyParts {
     pub bucket_cap_bytes: usize,
     /// `--trainer.sync_batchnorm`: average batch-norm running statistics over the ranks.
     pub sync_batchnorm: bool,
+    /// The collective that sums gradients on the device (NCCL between CUDA ranks), when the
+    /// plan's process group backend is the accelerator's own; `None`: gradients go through
+    /// [`collective`](Self::collective) in host buffers.
+    pub device_collective: Option<Box<dyn DeviceCollective>>,
 }
 
 /// How a run spreads over processes: the Trainer's loops call it wherever that matters.

@@ -143,7 +143,13 @@ impl TrainerBuilder {
             .into_iter()
             .next()
             .context("the accelerator returned no device")?;
-        let parts = parts(&plan, &options, precision, checkpoint_io, collective)?;
+        let mut parts = parts(&plan, &options, precision, checkpoint_io, collective)?;
+        if plan.process_group_backend.is_some()
+            && plan.process_group_backend.as_deref() == A::device_collective_name()
+        {
+            let host = Rc::clone(&parts.collective);
+            parts.device_collective = Some(A::device_collective(host, &device)?);
+        }
         dtype::apply::<A::Backend>(&device, parts.precision.precision())?;
         let strategy = match strategy {
             Some(factory) => factory(parts)?,
@@ -199,6 +205,7 @@ pub(super) fn parts(
         checkpoint_io,
         bucket_cap_bytes: (options.ddp_bucket_cap_mb * 1024.0 * 1024.0) as usize,
         sync_batchnorm: options.sync_batchnorm,
+        device_collective: None,
     })
 }
 

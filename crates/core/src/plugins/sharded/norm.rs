@@ -16,6 +16,7 @@ use super::partition::Partition;
 use crate::collective::Collective;
 use crate::options::ClipAlgorithm;
 use crate::plugins::access::Gradients;
+use crate::plugins::device_reduce::DeviceCollective;
 
 /// A rank's gradients, answering norms over all ranks.
 pub(super) struct ShardedGradients<'g> {
@@ -122,6 +123,16 @@ impl Gradients for ShardedGradients<'_> {
 
     fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool) {
         self.inner.retain(keep);
+    }
+
+    fn average_on_device(
+        &mut self,
+        collective: &dyn DeviceCollective,
+        world_size: usize,
+        bucket_cap_bytes: usize,
+    ) -> anyhow::Result<usize> {
+        self.inner
+            .average_on_device(collective, world_size, bucket_cap_bytes)
     }
 
     fn params(&mut self) -> &mut GradientsParams {
