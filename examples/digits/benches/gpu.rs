@@ -21,6 +21,8 @@
 mod cpu_peak;
 #[path = "common/rounds.rs"]
 mod rounds;
+#[path = "common/split.rs"]
+mod split;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -202,8 +204,8 @@ fn contender(name: &str, args: &[String]) -> anyhow::Result<()> {
 
 /// Writes `task`'s data twice: a `.csv.gz` in the shipped format (the shipped digits repeated
 /// `tiles` times) for the Rust contenders, and the 80/20 split they make of it as raw arrays
-/// for the Python side.
-fn write_data(task: &Task, dir: &Path) -> anyhow::Result<PathBuf> {
+/// for the Python side; returns the file and the training samples.
+fn write_data(task: &Task, dir: &Path) -> anyhow::Result<(PathBuf, usize)> {
     let shipped = Digits::shipped()?;
     let file = dir.join("data.csv.gz");
     let mut out =
@@ -218,17 +220,12 @@ fn write_data(task: &Task, dir: &Path) -> anyhow::Result<PathBuf> {
         }
     }
     out.finish()?;
-    let (train, val) = DataConfig {
+    let data = DataConfig {
         path: Some(file.clone()),
         ..DataConfig::default()
-    }
-    .load()?;
-    for (name, set) in [("train", &train), ("val", &val)] {
-        let pixels: Vec<u8> = set.pixels.iter().flat_map(|p| p.to_le_bytes()).collect();
-        std::fs::write(dir.join(format!("{name}_x.f32")), pixels)?;
-        std::fs::write(dir.join(format!("{name}_y.u8")), &set.labels)?;
-    }
-    Ok(file)
+    };
+    let train_len = split::write_split(&data, dir)?;
+    Ok((file, train_len))
 }
 
 /// `--python PATH`, else `python3`.
@@ -358,14 +355,7 @@ fn main() -> anyhow::Result<()> {
     let mut ember_speedup = f64::NAN;
     for task in [&MATMUL, &DIGITS] {
         let dir = tempfile::tempdir()?;
-        let file = write_data(task, dir.path())?;
-        let train_len = DataConfig {
-            path: Some(file.clone()),
-            ..DataConfig::default()
-        }
-        .load()?
-        .0
-        .len();
+        let (file, train_len) = write_data(task, dir.path())?;
         let widths: Vec<usize> = std::iter::once(PIXELS)
             .chain(task.hidden.split(',').map(|w| w.parse().unwrap()))
             .chain([10])

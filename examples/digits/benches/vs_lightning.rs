@@ -20,6 +20,8 @@
 mod cpu_peak;
 #[path = "common/rounds.rs"]
 mod rounds;
+#[path = "common/split.rs"]
+mod split;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -193,17 +195,6 @@ fn contender(name: &str, args: &[String]) -> anyhow::Result<()> {
 
 // ---- the driver ----
 
-/// Writes the 80/20 split the Rust contenders use, for the Python side to read.
-fn write_split(dir: &Path) -> anyhow::Result<()> {
-    let (train, val) = DataConfig::default().load()?;
-    for (name, set) in [("train", &train), ("val", &val)] {
-        let pixels: Vec<u8> = set.pixels.iter().flat_map(|p| p.to_le_bytes()).collect();
-        std::fs::write(dir.join(format!("{name}_x.f32")), pixels)?;
-        std::fs::write(dir.join(format!("{name}_y.u8")), &set.labels)?;
-    }
-    Ok(())
-}
-
 /// The venv's python (`VIRTUAL_ENV`, which `cargo xtask` sets to the pinned venv).
 fn python() -> anyhow::Result<PathBuf> {
     let venv = std::env::var_os("VIRTUAL_ENV").ok_or_else(|| {
@@ -300,7 +291,7 @@ fn main() -> anyhow::Result<()> {
     }
     let rounds = rounds(3);
     let data = tempfile::tempdir()?;
-    write_split(data.path())?;
+    split::write_split(&DataConfig::default(), data.path())?;
     // A first untimed run of each warms the page cache (libtorch's libraries, Python's modules).
     let names = [
         "ember",
