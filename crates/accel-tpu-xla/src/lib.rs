@@ -1,0 +1,7 @@
+//! ember's XLA accelerator: burn models recorded lazily, compiled to StableHLO and run through
+//! a PJRT plugin (XLA's CPU plugin here, XLA's CUDA plugin on a GPU, libtpu on a TPU VM).
+//!
+//! Layers, each depending only on those below it:
+//! - [`pjrt`]: thin safe bindings over the PJRT C API, loaded at run time.
+
+pub mod pjrt;

@@ -1,0 +1,415 @@
+//! A PJRT client and what it makes: device buffers and compiled executables.
+
+use std::ptr;
+
+use super::api::{Api, PjrtError, Result, pjrt_call, text};
+use super::sys;
+
+/// The element types ember moves through PJRT buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ElementType {
+    /// `i1` in StableHLO, one byte per element on the host.
+    Pred,
+    /// 8-bit unsigned.
+    U8,
+    /// 32-bit signed.
+    S32,
+    /// 64-bit signed.
+    S64,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// IEEE single.
+    F32,
+    /// IEEE double.
+    F64,
+}
+
+impl ElementType {
+    fn raw(self) -> sys::PJRT_Buffer_Type {
+        match self {
+            Self::Pred => sys::PJRT_Buffer_Type_PJRT_Buffer_Type_PRED,
+            Self::U8 => sys::PJRT_Buffer_Type_PJRT_Buffer_Type_U8,
+            Self::S32 => sys::PJRT_Buffer_Type_PJRT_Buffer_Type_S32,
+            Self::S64 => sys::PJRT_Buffer_Type_PJRT_Buffer_Type_S64,
+            Self::F16 => sys::PJRT_Buffer_Type_PJRT_Buffer_Type_F16,
+            Self::Bf16 => sys::PJRT_Buffer_Type_PJRT_Buffer_Type_BF16,
+            Self::F32 => sys::PJRT_Buffer_Type_PJRT_Buffer_Type_F32,
+            Self::F64 => sys::PJRT_Buffer_Type_PJRT_Buffer_Type_F64,
+        }
+    }
+
+    /// Bytes per element on the host.
+    pub fn size(self) -> usize {
+        match self {
+            Self::Pred | Self::U8 => 1,
+            Self::F16 | Self::Bf16 => 2,
+            Self::S32 | Self::F32 => 4,
+            Self::S64 | Self::F64 => 8,
+        }
+    }
+}
+
+/// A PJRT client: the plugin's view of its devices, owner of buffers and executables.
+pub struct Client {
+    api: &'static Api,
+    raw: *mut sys::PJRT_Client,
+    devices: Vec<*mut sys::PJRT_Device>,
+    platform: String,
+}
+
+// SAFETY: PJRT clients, buffers and executables may be used from any thread.
+unsafe impl Send for Client {}
+// SAFETY: as above.
+unsafe impl Sync for Client {}
+
+impl Client {
+    /// Creates a client of `api`'s plugin with no options.
+    pub fn new(api: &'static Api) -> Result<Client> {
+        let mut args = sys::PJRT_Client_Create_Args {
+            struct_size: sys::PJRT_Client_Create_Args_STRUCT_SIZE as usize,
+            ..Default::default()
+        };
+        pjrt_call!(api, PJRT_Client_Create, &mut args)?;
+        let mut client = Client {
+            api,
+            raw: args.client,
+            devices: Vec::new(),
+            platform: String::new(),
+        };
+        let mut devices = sys::PJRT_Client_AddressableDevices_Args {
+            struct_size: sys::PJRT_Client_AddressableDevices_Args_STRUCT_SIZE as usize,
+            client: client.raw,
+            ..Default::default()
+        };
+        pjrt_call!(api, PJRT_Client_AddressableDevices, &mut devices)?;
+        if devices.num_addressable_devices > 0 {
+            // SAFETY: the plugin returns an array of that many device pointers, owned by the client.
+            client.devices = unsafe {
+                std::slice::from_raw_parts(
+                    devices.addressable_devices,
+                    devices.num_addressable_devices,
+                )
+            }
+            .to_vec();
+        }
+        let mut platform = sys::PJRT_Client_PlatformName_Args {
+            struct_size: sys::PJRT_Client_PlatformName_Args_STRUCT_SIZE as usize,
+            client: client.raw,
+            ..Default::default()
+        };
+        pjrt_call!(api, PJRT_Client_PlatformName, &mut platform)?;
+        // SAFETY: pointer and length into the client's storage.
+        client.platform = unsafe { text(platform.platform_name, platform.platform_name_size) };
+        Ok(client)
+    }
+
+    /// The plugin this client runs on.
+    pub fn api(&self) -> &'static Api {
+        self.api
+    }
+
+    /// The platform's name, e.g. `cpu`, `cuda`, `tpu`.
+    pub fn platform(&self) -> &str {
+        &self.platform
+    }
+
+    /// How many devices this process can address.
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// The kind of device `index`, e.g. `cpu` or `TPU v4`.
+    pub fn device_kind(&self, index: usize) -> Result<String> {
+        let mut desc = sys::PJRT_Device_GetDescription_Args {
+            struct_size: sys::PJRT_Device_GetDescription_Args_STRUCT_SIZE as usize,
+            device: self.device(index)?,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Device_GetDescription, &mut desc)?;
+        let mut kind = sys::PJRT_DeviceDescription_Kind_Args {
+            struct_size: sys::PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE as usize,
+            device_description: desc.device_description,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_DeviceDescription_Kind, &mut kind)?;
+        // SAFETY: pointer and length into the description's storage.
+        Ok(unsafe { text(kind.device_kind, kind.device_kind_size) })
+    }
+
+    fn device(&self, index: usize) -> Result<*mut sys::PJRT_Device> {
+        self.devices.get(index).copied().ok_or_else(|| PjrtError {
+            call: "PJRT_Client_AddressableDevices",
+            message: format!(
+                "device {index} does not exist; this client has {} device(s)",
+                self.devices.len()
+            ),
+        })
+    }
+
+    /// Copies `bytes` (row-major, `ty` elements, shape `dims`) into a new buffer on device
+    /// `device`. The bytes are copied before this returns.
+    pub fn upload(
+        &self,
+        bytes: &[u8],
+        ty: ElementType,
+        dims: &[i64],
+        device: usize,
+    ) -> Result<Buffer> {
+        let elements: i64 = dims.iter().product();
+        assert_eq!(
+            bytes.len(),
+            elements as usize * ty.size(),
+            "upload: {} bytes for {dims:?} of {ty:?}",
+            bytes.len()
+        );
+        let mut args = sys::PJRT_Client_BufferFromHostBuffer_Args {
+            struct_size: sys::PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE as usize,
+            client: self.raw,
+            data: bytes.as_ptr().cast(),
+            type_: ty.raw(),
+            dims: dims.as_ptr(),
+            num_dims: dims.len(),
+            host_buffer_semantics:
+                sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+            device: self.device(device)?,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        Event::new(self.api, args.done_with_host_buffer).wait()?;
+        Ok(Buffer {
+            api: self.api,
+            raw: args.buffer,
+        })
+    }
+
+    /// Compiles a StableHLO module given as MLIR text into an executable that can run on any
+    /// of this client's devices.
+    pub fn compile(&self, mlir: &str) -> Result<Executable> {
+        let format = b"mlir";
+        let mut program = sys::PJRT_Program {
+            struct_size: sys::PJRT_Program_STRUCT_SIZE as usize,
+            code: mlir.as_ptr().cast_mut().cast(),
+            code_size: mlir.len(),
+            format: format.as_ptr().cast(),
+            format_size: format.len(),
+            ..Default::default()
+        };
+        let options = compile_options();
+        let mut args = sys::PJRT_Client_Compile_Args {
+            struct_size: sys::PJRT_Client_Compile_Args_STRUCT_SIZE as usize,
+            client: self.raw,
+            program: &mut program,
+            compile_options: options.as_ptr().cast(),
+            compile_options_size: options.len(),
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Client_Compile, &mut args)?;
+        let mut executable = Executable {
+            api: self.api,
+            raw: args.executable,
+            outputs: 0,
+        };
+        let mut get = sys::PJRT_LoadedExecutable_GetExecutable_Args {
+            struct_size: sys::PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE as usize,
+            loaded_executable: executable.raw,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
+        let mut outputs = sys::PJRT_Executable_NumOutputs_Args {
+            struct_size: sys::PJRT_Executable_NumOutputs_Args_STRUCT_SIZE as usize,
+            executable: get.executable,
+            ..Default::default()
+        };
+        let counted = pjrt_call!(self.api, PJRT_Executable_NumOutputs, &mut outputs);
+        let mut destroy = sys::PJRT_Executable_Destroy_Args {
+            struct_size: sys::PJRT_Executable_Destroy_Args_STRUCT_SIZE as usize,
+            executable: get.executable,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Executable_Destroy, &mut destroy)?;
+        counted?;
+        executable.outputs = outputs.num_outputs;
+        Ok(executable)
+    }
+
+    /// Runs `executable` on device `device` with `args` (which must live there) and waits for
+    /// it; returns its outputs in order.
+    pub fn execute(
+        &self,
+        executable: &Executable,
+        args: &[&Buffer],
+        device: usize,
+    ) -> Result<Vec<Buffer>> {
+        let inputs: Vec<*mut sys::PJRT_Buffer> = args.iter().map(|b| b.raw).collect();
+        let input_lists = [inputs.as_ptr()];
+        let mut outputs: Vec<*mut sys::PJRT_Buffer> = vec![ptr::null_mut(); executable.outputs];
+        let output_lists = [outputs.as_mut_ptr()];
+        let mut done: *mut sys::PJRT_Event = ptr::null_mut();
+        let mut options = sys::PJRT_ExecuteOptions {
+            struct_size: sys::PJRT_ExecuteOptions_STRUCT_SIZE as usize,
+            ..Default::default()
+        };
+        let mut call = sys::PJRT_LoadedExecutable_Execute_Args {
+            struct_size: sys::PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE as usize,
+            executable: executable.raw,
+            options: &mut options,
+            argument_lists: input_lists.as_ptr(),
+            num_devices: 1,
+            num_args: inputs.len(),
+            output_lists: output_lists.as_ptr(),
+            device_complete_events: &mut done,
+            execute_device: self.device(device)?,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_LoadedExecutable_Execute, &mut call)?;
+        // Own the outputs first, so that they are freed even if the run failed.
+        let outputs: Vec<Buffer> = outputs
+            .into_iter()
+            .map(|raw| Buffer { api: self.api, raw })
+            .collect();
+        Event::new(self.api, done).wait()?;
+        Ok(outputs)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let mut args = sys::PJRT_Client_Destroy_Args {
+            struct_size: sys::PJRT_Client_Destroy_Args_STRUCT_SIZE as usize,
+            client: self.raw,
+            ..Default::default()
+        };
+        let _ = pjrt_call!(self.api, PJRT_Client_Destroy, &mut args);
+    }
+}
+
+/// A serialized `CompileOptionsProto`: one replica, one partition, and a portable executable
+/// (so that one compile serves every device, chosen when it runs).
+fn compile_options() -> [u8; 8] {
+    // field 3 (executable_build_options, 4 bytes): num_replicas (4) = 1, num_partitions (5) = 1;
+    // field 4 (compile_portable_executable) = true.
+    [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01]
+}
+
+/// An array on one device.
+pub struct Buffer {
+    api: &'static Api,
+    raw: *mut sys::PJRT_Buffer,
+}
+
+// SAFETY: see `Client`.
+unsafe impl Send for Buffer {}
+// SAFETY: see `Client`.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// Copies the buffer into `dst`, which must hold exactly its bytes (row-major).
+    pub fn download(&self, dst: &mut [u8]) -> Result<()> {
+        let mut args = sys::PJRT_Buffer_ToHostBuffer_Args {
+            struct_size: sys::PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE as usize,
+            src: self.raw,
+            dst: dst.as_mut_ptr().cast(),
+            dst_size: dst.len(),
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Buffer_ToHostBuffer, &mut args)?;
+        Event::new(self.api, args.event).wait()
+    }
+
+    /// The buffer's size in device memory.
+    pub fn device_bytes(&self) -> Result<usize> {
+        let mut args = sys::PJRT_Buffer_OnDeviceSizeInBytes_Args {
+            struct_size: sys::PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE as usize,
+            buffer: self.raw,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Buffer_OnDeviceSizeInBytes, &mut args)?;
+        Ok(args.on_device_size_in_bytes)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        let mut args = sys::PJRT_Buffer_Destroy_Args {
+            struct_size: sys::PJRT_Buffer_Destroy_Args_STRUCT_SIZE as usize,
+            buffer: self.raw,
+            ..Default::default()
+        };
+        let _ = pjrt_call!(self.api, PJRT_Buffer_Destroy, &mut args);
+    }
+}
+
+/// A compiled program, ready to run.
+pub struct Executable {
+    api: &'static Api,
+    raw: *mut sys::PJRT_LoadedExecutable,
+    outputs: usize,
+}
+
+// SAFETY: see `Client`.
+unsafe impl Send for Executable {}
+// SAFETY: see `Client`.
+unsafe impl Sync for Executable {}
+
+impl Executable {
+    /// How many buffers a run returns.
+    pub fn output_count(&self) -> usize {
+        self.outputs
+    }
+}
+
+impl Drop for Executable {
+    fn drop(&mut self) {
+        let mut args = sys::PJRT_LoadedExecutable_Destroy_Args {
+            struct_size: sys::PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE as usize,
+            executable: self.raw,
+            ..Default::default()
+        };
+        let _ = pjrt_call!(self.api, PJRT_LoadedExecutable_Destroy, &mut args);
+    }
+}
+
+/// A PJRT event owned until waited on.
+struct Event {
+    api: &'static Api,
+    raw: *mut sys::PJRT_Event,
+}
+
+impl Event {
+    fn new(api: &'static Api, raw: *mut sys::PJRT_Event) -> Event {
+        Event { api, raw }
+    }
+
+    /// Blocks until the event fires; returns the error it carries, if any. A null event (the
+    /// plugin had nothing to wait for) is ready.
+    fn wait(self) -> Result<()> {
+        if self.raw.is_null() {
+            return Ok(());
+        }
+        let mut args = sys::PJRT_Event_Await_Args {
+            struct_size: sys::PJRT_Event_Await_Args_STRUCT_SIZE as usize,
+            event: self.raw,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Event_Await, &mut args)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        let mut args = sys::PJRT_Event_Destroy_Args {
+            struct_size: sys::PJRT_Event_Destroy_Args_STRUCT_SIZE as usize,
+            event: self.raw,
+            ..Default::default()
+        };
+        let _ = pjrt_call!(self.api, PJRT_Event_Destroy, &mut args);
+    }
+}

@@ -1,0 +1,10 @@
+//! Thin safe bindings of our own over the PJRT C API (`include/pjrt_c_api.h`, 0.81), loaded at
+//! run time with `libloading`: no build needs a plugin, libclang or protoc.
+
+pub(crate) mod api;
+mod client;
+pub mod plugin;
+mod sys;
+
+pub use api::{Api, PjrtError, Result};
+pub use client::{Buffer, Client, ElementType, Executable};

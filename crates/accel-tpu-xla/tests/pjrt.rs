@@ -1,0 +1,69 @@
+//! The PJRT runtime against a real plugin (the CPU plugin setup.sh caches).
+
+use ember_accel_tpu_xla::pjrt::{Api, Client, ElementType, plugin};
+
+fn client() -> Option<Client> {
+    match plugin::find() {
+        Ok(path) => Some(Client::new(Api::load(&path).expect("load plugin")).expect("client")),
+        Err(e) => {
+            eprintln!("skip: {e}");
+            None
+        }
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+const ADD: &str = r#"
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<f32>) {
+  %s = "stablehlo.add"(%a, %b) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %z = "stablehlo.constant"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+  %r = "stablehlo.reduce"(%s, %z) ({
+  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+    %t = "stablehlo.add"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    "stablehlo.return"(%t) : (tensor<f32>) -> ()
+  }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xf32>, tensor<f32>) -> tensor<f32>
+  return %s, %r : tensor<2x3xf32>, tensor<f32>
+}
+"#;
+
+#[test]
+fn compiles_runs_and_reads_back_on_every_device() {
+    let Some(client) = client() else { return };
+    assert!(client.device_count() >= 1, "a plugin with no devices");
+    let exe = client.compile(ADD).expect("compile");
+    assert_eq!(exe.output_count(), 2);
+    for device in 0..client.device_count() {
+        let a = client
+            .upload(
+                &f32_bytes(&[1., 2., 3., 4., 5., 6.]),
+                ElementType::F32,
+                &[2, 3],
+                device,
+            )
+            .unwrap();
+        let b = client
+            .upload(&f32_bytes(&[10.; 6]), ElementType::F32, &[2, 3], device)
+            .unwrap();
+        let out = client.execute(&exe, &[&a, &b], device).expect("execute");
+        let mut sum = vec![0u8; 24];
+        out[0].download(&mut sum).unwrap();
+        assert_eq!(sum, f32_bytes(&[11., 12., 13., 14., 15., 16.]));
+        let mut total = [0u8; 4];
+        out[1].download(&mut total).unwrap();
+        assert_eq!(f32::from_le_bytes(total), 81.0);
+    }
+}
+
+#[test]
+fn a_bad_program_is_an_error_carrying_the_plugins_message() {
+    let Some(client) = client() else { return };
+    let err = client
+        .compile("func.func @main() { nonsense }")
+        .err()
+        .expect("must fail");
+    assert_eq!(err.call, "PJRT_Client_Compile");
+    assert!(!err.message.is_empty(), "{err}");
+}
