@@ -3,5 +3,12 @@
 //!
 //! Layers, each depending only on those below it:
 //! - [`pjrt`]: thin safe bindings over the PJRT C API, loaded at run time.
+//! - [`hlo`]: burn-ir ops lowered to StableHLO text, op by op.
+//! - [`backend`]: the lazy burn backend [`Xla`] that records, cuts, compiles once per program
+//!   shape, and runs.
 
+pub mod backend;
+pub mod hlo;
 pub mod pjrt;
+
+pub use backend::{Xla, XlaDevice};

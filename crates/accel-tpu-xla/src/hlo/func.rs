@@ -1,0 +1,543 @@
+//! A StableHLO function under construction, written as MLIR text in the generic op syntax
+//! (`%3 = "stablehlo.add"(%1, %2) : (T, T) -> T`), which every StableHLO op accepts.
+//!
+//! SSA names are numbered in emission order and parameters in order of first use, so two
+//! segments that do the same work on different tensors and scalars produce the same text:
+//! the text itself is the compile cache's key.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use burn_backend::DType;
+use burn_ir::{ScalarIr, TensorId, TensorIr};
+
+use super::types::{literal, mlir_type, tensor_type};
+
+/// A value in the function: its SSA name and what it holds.
+#[derive(Debug, Clone)]
+pub struct Val {
+    /// The SSA name, e.g. `%12` or `%7#1`.
+    pub name: String,
+    /// Dimensions.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+}
+
+impl Val {
+    /// The MLIR type, e.g. `tensor<2x3xf32>`.
+    pub fn ty(&self) -> String {
+        tensor_type(&self.shape, self.dtype)
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+/// Scalars lifted out of the program into one 1-D parameter per dtype, so that a value that
+/// changes each step (a learning rate, Adam's bias correction) does not change the program.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Scalars {
+    /// (dtype, values in slot order), in order of first use.
+    pub by_dtype: Vec<(DType, Vec<ScalarIr>)>,
+}
+
+/// A function being emitted.
+pub struct Function {
+    body: String,
+    next: usize,
+    values: HashMap<TensorId, Val>,
+    params: Vec<(TensorId, Val)>,
+    scalars: Scalars,
+}
+
+/// What [`Function::finish`] returns: the module text and what to pass it.
+pub struct Emitted {
+    /// The whole module, `func.func @main`.
+    pub text: String,
+    /// The tensors to pass, in parameter order (before the scalar vectors).
+    pub inputs: Vec<TensorId>,
+    /// The scalar vectors to pass after them.
+    pub scalars: Scalars,
+}
+
+/// An op the emitter cannot lower yet, or a program it cannot build.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the xla accelerator cannot run {0} yet (not lowered to StableHLO)")]
+pub struct Unsupported(pub String);
+
+impl Default for Function {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Function {
+    /// An empty function.
+    pub fn new() -> Self {
+        Function {
+            body: String::with_capacity(16 * 1024),
+            next: 0,
+            values: HashMap::new(),
+            params: Vec::new(),
+            scalars: Scalars::default(),
+        }
+    }
+
+    /// The value of tensor `t`: an earlier op's result, or a new parameter on first use.
+    pub fn get(&mut self, t: &TensorIr) -> Val {
+        if let Some(v) = self.values.get(&t.id) {
+            return v.clone();
+        }
+        let v = Val {
+            name: format!("%a{}", self.params.len()),
+            shape: t.shape.to_vec(),
+            dtype: t.dtype,
+        };
+        self.params.push((t.id, v.clone()));
+        self.values.insert(t.id, v.clone());
+        v
+    }
+
+    /// Binds tensor `t` (an op's output) to `v`, reshaping or converting if the op's result
+    /// differs only in those (it must not differ otherwise).
+    pub fn set(&mut self, t: &TensorIr, v: Val) {
+        let mut v = v;
+        if v.dtype != t.dtype {
+            v = self.convert(&v, t.dtype);
+        }
+        if v.shape != t.shape.as_slice() {
+            assert_eq!(
+                v.shape.iter().product::<usize>(),
+                t.shape.num_elements(),
+                "lowering produced {:?} for {:?}",
+                v.shape,
+                t.shape
+            );
+            v = self.reshape(&v, &t.shape.as_slice());
+        }
+        self.values.insert(t.id, v);
+    }
+
+    /// Whether tensor `t` has a value here (produced in this function or already a parameter).
+    pub fn has(&self, t: TensorId) -> bool {
+        self.values.contains_key(&t)
+    }
+
+    /// The value bound to `t`, if any.
+    pub fn value(&self, t: TensorId) -> Option<&Val> {
+        self.values.get(&t)
+    }
+
+    fn fresh(&mut self) -> String {
+        let n = self.next;
+        self.next += 1;
+        format!("%{n}")
+    }
+
+    /// Emits `name(args) {attrs}` with one result of `shape` and `dtype`.
+    pub fn op(
+        &mut self,
+        name: &str,
+        args: &[&Val],
+        attrs: &str,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Val {
+        let out = Val {
+            name: self.fresh(),
+            shape: shape.to_vec(),
+            dtype,
+        };
+        self.line(&out.name, name, args, attrs, "", &[&out]);
+        out
+    }
+
+    /// Emits an op with a region (`body`, the text inside `({ ... })`) and several results.
+    pub fn op_multi(
+        &mut self,
+        name: &str,
+        args: &[&Val],
+        body: &str,
+        attrs: &str,
+        outs: &[(Vec<usize>, DType)],
+    ) -> Vec<Val> {
+        let base = self.fresh();
+        let vals: Vec<Val> = outs
+            .iter()
+            .enumerate()
+            .map(|(i, (shape, dtype))| Val {
+                name: if outs.len() == 1 {
+                    base.clone()
+                } else {
+                    format!("{base}#{i}")
+                },
+                shape: shape.clone(),
+                dtype: *dtype,
+            })
+            .collect();
+        let lhs = if outs.len() == 1 {
+            base
+        } else {
+            format!("{base}:{}", outs.len())
+        };
+        let refs: Vec<&Val> = vals.iter().collect();
+        self.line(&lhs, name, args, attrs, body, &refs);
+        vals
+    }
+
+    fn line(
+        &mut self,
+        lhs: &str,
+        name: &str,
+        args: &[&Val],
+        attrs: &str,
+        body: &str,
+        outs: &[&Val],
+    ) {
+        let b = &mut self.body;
+        let _ = write!(b, "    {lhs} = \"{name}\"(");
+        for (i, a) in args.iter().enumerate() {
+            if i > 0 {
+                b.push_str(", ");
+            }
+            b.push_str(&a.name);
+        }
+        b.push(')');
+        if !body.is_empty() {
+            let _ = write!(b, " ({{\n{body}    }})");
+        }
+        if !attrs.is_empty() {
+            let _ = write!(b, " {{{attrs}}}");
+        }
+        b.push_str(" : (");
+        for (i, a) in args.iter().enumerate() {
+            if i > 0 {
+                b.push_str(", ");
+            }
+            b.push_str(&a.ty());
+        }
+        b.push_str(") -> ");
+        if outs.len() == 1 {
+            b.push_str(&outs[0].ty());
+        } else {
+            b.push('(');
+            for (i, o) in outs.iter().enumerate() {
+                if i > 0 {
+                    b.push_str(", ");
+                }
+                b.push_str(&o.ty());
+            }
+            b.push(')');
+        }
+        b.push('\n');
+    }
+
+    /// A fresh name for a region's block argument or value.
+    pub fn region_name(&mut self) -> String {
+        let n = self.next;
+        self.next += 1;
+        format!("%r{n}")
+    }
+
+    /// A constant scalar of `dtype` broadcast to `shape`.
+    pub fn constant(&mut self, value: f64, dtype: DType, shape: &[usize]) -> Val {
+        let attr = format!(
+            "value = dense<{}> : {}",
+            literal(value, dtype),
+            tensor_type(&[], dtype)
+        );
+        let c = self.op("stablehlo.constant", &[], &attr, &[], dtype);
+        self.broadcast_scalar(&c, shape)
+    }
+
+    /// A constant tensor of `shape` holding `values` (row-major), as raw little-endian bytes.
+    pub fn dense(&mut self, values: &[f64], shape: &[usize], dtype: DType) -> Val {
+        let mut hex = String::with_capacity(values.len() * 8 + 2);
+        hex.push_str("0x");
+        for &v in values {
+            let bytes: Vec<u8> = match dtype {
+                DType::F64 => v.to_le_bytes().to_vec(),
+                DType::F16 => half::f16::from_f64(v).to_le_bytes().to_vec(),
+                DType::BF16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
+                _ => (v as f32).to_le_bytes().to_vec(),
+            };
+            for b in bytes {
+                let _ = write!(hex, "{b:02X}");
+            }
+        }
+        let attr = format!("value = dense<\"{hex}\"> : {}", tensor_type(shape, dtype));
+        self.op("stablehlo.constant", &[], &attr, shape, dtype)
+    }
+
+    /// A scalar from the graph as a 0-d value of `dtype`: lifted into the scalar parameter of
+    /// that dtype (booleans, which steer programs rather than feed them, stay constants).
+    pub fn scalar(&mut self, value: &ScalarIr, dtype: DType) -> Val {
+        if let ScalarIr::Bool(b) = value {
+            return self.constant(f64::from(u8::from(*b)), dtype, &[]);
+        }
+        let slot = match self.scalars.by_dtype.iter().position(|(d, _)| *d == dtype) {
+            Some(i) => i,
+            None => {
+                self.scalars.by_dtype.push((dtype, Vec::new()));
+                self.scalars.by_dtype.len() - 1
+            }
+        };
+        let values = &mut self.scalars.by_dtype[slot].1;
+        let index = values.len();
+        values.push(*value);
+        // The vector's length is only known at the end: a placeholder, replaced by `finish`.
+        let vector = Val {
+            name: format!("%s{slot}"),
+            shape: vec![usize::MAX - slot],
+            dtype,
+        };
+        let attrs = format!(
+            "start_indices = array<i64: {index}>, limit_indices = array<i64: {}>, strides = array<i64: 1>",
+            index + 1
+        );
+        let one = self.op("stablehlo.slice", &[&vector], &attrs, &[1], dtype);
+        self.reshape(&one, &[])
+    }
+
+    /// Ends the function, returning `outputs` in order.
+    pub fn finish(mut self, outputs: &[TensorId]) -> Result<Emitted, Unsupported> {
+        let mut head = String::from("func.func @main(");
+        let mut first = true;
+        for (_, p) in &self.params {
+            if !first {
+                head.push_str(", ");
+            }
+            first = false;
+            let _ = write!(head, "{}: {}", p.name, p.ty());
+        }
+        for (slot, (dtype, values)) in self.scalars.by_dtype.iter().enumerate() {
+            if !first {
+                head.push_str(", ");
+            }
+            first = false;
+            let ty = tensor_type(&[values.len()], *dtype);
+            let _ = write!(head, "%s{slot}: {ty}");
+            let placeholder = format!("tensor<{}x{}>", usize::MAX - slot, mlir_type(*dtype));
+            self.body = self.body.replace(&placeholder, &ty);
+        }
+        let mut results = Vec::with_capacity(outputs.len());
+        for id in outputs {
+            let v = self
+                .values
+                .get(id)
+                .ok_or_else(|| Unsupported(format!("an output ({id}) that no op produced")))?;
+            results.push(v.clone());
+        }
+        head.push_str(") -> (");
+        let types: Vec<String> = results.iter().map(Val::ty).collect();
+        head.push_str(&types.join(", "));
+        head.push_str(") {\n");
+        let names: Vec<&str> = results.iter().map(|v| v.name.as_str()).collect();
+        let mut text = head;
+        text.push_str(&self.body);
+        let _ = writeln!(
+            text,
+            "    \"func.return\"({}) : ({}) -> ()",
+            names.join(", "),
+            types.join(", ")
+        );
+        text.push_str("}\n");
+        Ok(Emitted {
+            text,
+            inputs: self.params.into_iter().map(|(id, _)| id).collect(),
+            scalars: self.scalars,
+        })
+    }
+}
+
+/// Shape helpers every lowering uses.
+impl Function {
+    /// `reshape` to `shape` (same element count).
+    pub fn reshape(&mut self, v: &Val, shape: &[usize]) -> Val {
+        if v.shape == shape {
+            return v.clone();
+        }
+        self.op("stablehlo.reshape", &[v], "", shape, v.dtype)
+    }
+
+    /// Element type conversion.
+    pub fn convert(&mut self, v: &Val, dtype: DType) -> Val {
+        if v.dtype == dtype {
+            return v.clone();
+        }
+        let shape = v.shape.clone();
+        self.op("stablehlo.convert", &[v], "", &shape, dtype)
+    }
+
+    /// A 0-d value broadcast to `shape`.
+    pub fn broadcast_scalar(&mut self, v: &Val, shape: &[usize]) -> Val {
+        if v.shape == shape {
+            return v.clone();
+        }
+        let v = self.reshape(v, &[]);
+        self.op(
+            "stablehlo.broadcast_in_dim",
+            &[&v],
+            "broadcast_dimensions = array<i64>",
+            shape,
+            v.dtype,
+        )
+    }
+
+    /// Numpy-style broadcast of `v` to `shape` (dims aligned on the right; size-1 dims grow).
+    pub fn broadcast_to(&mut self, v: &Val, shape: &[usize]) -> Val {
+        if v.shape == shape {
+            return v.clone();
+        }
+        let offset = shape.len() - v.rank();
+        // Size-1 dims that grow are dropped first, then broadcast_in_dim maps the rest.
+        let kept: Vec<usize> = (0..v.rank())
+            .filter(|&i| v.shape[i] == shape[offset + i])
+            .collect();
+        let squeezed: Vec<usize> = kept.iter().map(|&i| v.shape[i]).collect();
+        let v = self.reshape(v, &squeezed);
+        let dims: Vec<String> = kept.iter().map(|&i| (offset + i).to_string()).collect();
+        let attrs = format!("broadcast_dimensions = array<i64{}>", list(&dims));
+        self.op("stablehlo.broadcast_in_dim", &[&v], &attrs, shape, v.dtype)
+    }
+
+    /// `transpose` by `perm` (output dim i is input dim perm[i]).
+    pub fn transpose(&mut self, v: &Val, perm: &[usize]) -> Val {
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return v.clone();
+        }
+        let shape: Vec<usize> = perm.iter().map(|&p| v.shape[p]).collect();
+        let attrs = format!("permutation = array<i64{}>", list(perm));
+        self.op("stablehlo.transpose", &[v], &attrs, &shape, v.dtype)
+    }
+
+    /// An iota of `dtype` along `dim` of `shape`.
+    pub fn iota(&mut self, shape: &[usize], dim: usize, dtype: DType) -> Val {
+        let attrs = format!("iota_dimension = {dim} : i64");
+        self.op("stablehlo.iota", &[], &attrs, shape, dtype)
+    }
+
+    /// An elementwise op of two values of the same shape.
+    pub fn binary(&mut self, name: &str, a: &Val, b: &Val) -> Val {
+        let shape = a.shape.clone();
+        self.op(name, &[a, b], "", &shape, a.dtype)
+    }
+
+    /// An elementwise op of one value.
+    pub fn unary(&mut self, name: &str, a: &Val) -> Val {
+        let shape = a.shape.clone();
+        self.op(name, &[a], "", &shape, a.dtype)
+    }
+
+    /// `compare` with `direction` (EQ, NE, LT, LE, GT, GE), giving booleans.
+    pub fn compare(&mut self, direction: &str, a: &Val, b: &Val) -> Val {
+        let kind = if is_float(a.dtype) {
+            "FLOAT"
+        } else if is_unsigned(a.dtype) {
+            "UNSIGNED"
+        } else {
+            "SIGNED"
+        };
+        let attrs = format!(
+            "comparison_direction = #stablehlo<comparison_direction {direction}>, compare_type = #stablehlo<comparison_type {kind}>"
+        );
+        let shape = a.shape.clone();
+        self.op(
+            "stablehlo.compare",
+            &[a, b],
+            &attrs,
+            &shape,
+            DType::Bool(burn_backend::BoolStore::Native),
+        )
+    }
+
+    /// `select(pred, on_true, on_false)`.
+    pub fn select(&mut self, pred: &Val, on_true: &Val, on_false: &Val) -> Val {
+        let shape = on_true.shape.clone();
+        self.op(
+            "stablehlo.select",
+            &[pred, on_true, on_false],
+            "",
+            &shape,
+            on_true.dtype,
+        )
+    }
+
+    /// `slice` with per-dim start, limit and stride.
+    pub fn slice(&mut self, v: &Val, start: &[usize], limit: &[usize], strides: &[usize]) -> Val {
+        let shape: Vec<usize> = (0..v.rank())
+            .map(|i| (limit[i] - start[i]).div_ceil(strides[i]))
+            .collect();
+        let attrs = format!(
+            "start_indices = array<i64{}>, limit_indices = array<i64{}>, strides = array<i64{}>",
+            list(start),
+            list(limit),
+            list(strides)
+        );
+        self.op("stablehlo.slice", &[v], &attrs, &shape, v.dtype)
+    }
+
+    /// `concatenate` along `dim`.
+    pub fn concatenate(&mut self, vals: &[&Val], dim: usize) -> Val {
+        let mut shape = vals[0].shape.clone();
+        shape[dim] = vals.iter().map(|v| v.shape[dim]).sum();
+        let attrs = format!("dimension = {dim} : i64");
+        self.op("stablehlo.concatenate", vals, &attrs, &shape, vals[0].dtype)
+    }
+
+    /// A reduction over `dims` with the binary op `combiner` (e.g. `stablehlo.add`) from `init`.
+    pub fn reduce(&mut self, v: &Val, dims: &[usize], combiner: &str, init: f64) -> Val {
+        let init = self.constant(init, v.dtype, &[]);
+        let shape: Vec<usize> = (0..v.rank())
+            .filter(|d| !dims.contains(d))
+            .map(|d| v.shape[d])
+            .collect();
+        let body = self.scalar_body(combiner, v.dtype);
+        let attrs = format!("dimensions = array<i64{}>", list(dims));
+        self.op_multi(
+            "stablehlo.reduce",
+            &[v, &init],
+            &body,
+            &attrs,
+            &[(shape, v.dtype)],
+        )
+        .remove(0)
+    }
+
+    /// The region `^bb0(%x, %y): return combiner(%x, %y)` on 0-d values of `dtype`.
+    pub fn scalar_body(&mut self, combiner: &str, dtype: DType) -> String {
+        let t = tensor_type(&[], dtype);
+        let (x, y, r) = (self.region_name(), self.region_name(), self.region_name());
+        format!(
+            "      ^bb0({x}: {t}, {y}: {t}):\n        {r} = \"{combiner}\"({x}, {y}) : ({t}, {t}) -> {t}\n        \"stablehlo.return\"({r}) : ({t}) -> ()\n"
+        )
+    }
+}
+
+/// `, a, b, c` for an `array<i64 ...>` attribute (empty for no elements).
+pub fn list<T: ToString>(items: &[T]) -> String {
+    if items.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = items.iter().map(ToString::to_string).collect();
+    format!(": {}", parts.join(", "))
+}
+
+/// Whether `dtype` is a float type.
+pub fn is_float(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::F64 | DType::F32 | DType::Flex32 | DType::F16 | DType::BF16
+    )
+}
+
+/// Whether `dtype` is an unsigned integer or bool type.
+pub fn is_unsigned(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::U64 | DType::U32 | DType::U16 | DType::U8 | DType::Bool(_)
+    )
+}

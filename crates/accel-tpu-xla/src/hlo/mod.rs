@@ -1,0 +1,7 @@
+//! The StableHLO emitter: a segment of burn-ir ops as one `func.func @main` in MLIR text.
+
+pub mod func;
+pub mod lower;
+pub mod types;
+
+pub use func::{Emitted, Function, Scalars, Unsupported, Val};
