@@ -6,9 +6,12 @@
 //! - [`hlo`]: burn-ir ops lowered to StableHLO text, op by op.
 //! - [`backend`]: the lazy burn backend [`Xla`] that records, cuts, compiles once per program
 //!   shape, and runs.
+//! - [`accelerator`]: `xla`, ember's accelerator on that backend.
 
+pub mod accelerator;
 pub mod backend;
 pub mod hlo;
 pub mod pjrt;
 
+pub use accelerator::{XlaAccelerator, XlaBackend};
 pub use backend::{Xla, XlaDevice};

@@ -2,7 +2,8 @@
 //!
 //! Depend on this crate with the features for the hardware you want (`cpu` is the default;
 //! `cuda` and `wgpu` add those accelerators; `tch` adds LibTorch's `tch-cpu` and `tch-cuda`;
-//! `mpi` adds multi-process runs on OpenMPI). [`registry`] returns a registry with every enabled
+//! `tpu-xla` adds `xla`, XLA through a PJRT plugin; `mpi` adds multi-process runs on OpenMPI).
+//! [`registry`] returns a registry with every enabled
 //! accelerator; add your own with [`Registry::register`] and run jobs through [`Cli`].
 
 pub use burn;
@@ -14,13 +15,15 @@ pub use ember_accel_cpu as cpu;
 pub use ember_accel_cuda as cuda;
 #[cfg(feature = "tch")]
 pub use ember_accel_tch as tch;
+#[cfg(feature = "tpu-xla")]
+pub use ember_accel_tpu_xla as xla;
 #[cfg(feature = "wgpu")]
 pub use ember_accel_wgpu as wgpu;
 #[cfg(feature = "mpi")]
 pub use ember_mpi as mpi;
 
-/// A registry holding every accelerator this build enables (cpu, cuda, wgpu, tch-cpu and
-/// tch-cuda by feature), and
+/// A registry holding every accelerator this build enables (cpu, cuda, wgpu, tch-cpu,
+/// tch-cuda and xla by feature), and
 /// with the `mpi` feature the OpenMPI engine that multi-process (ddp) runs use.
 pub fn registry<J: Job>() -> Registry<J> {
     let registry = Registry::new();
@@ -42,6 +45,10 @@ pub fn registry<J: Job>() -> Registry<J> {
     let registry = registry
         .register::<tch::TchCpuAccelerator>()
         .and_then(|r| r.register::<tch::TchCudaAccelerator>())
+        .expect("the built-in accelerators have distinct names");
+    #[cfg(feature = "tpu-xla")]
+    let registry = registry
+        .register::<xla::XlaAccelerator>()
         .expect("the built-in accelerators have distinct names");
     registry
 }
