@@ -794,3 +794,40 @@ fn a_yaml_flow_list_of_callbacks_is_read_as_a_list() {
         "{callbacks}"
     );
 }
+
+/// `digits fit --trainer.accelerator=xla` (XLA's CPU plugin here) trains to the same accuracy
+/// band as cpu.
+#[cfg(feature = "tpu-xla")]
+#[test]
+fn fit_on_xla_reaches_95_percent() {
+    use ember::Accelerator;
+    if !ember::xla::XlaAccelerator::is_available() {
+        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args([
+            "fit",
+            "--trainer.accelerator=xla",
+            "--trainer.enable_progress_bar=false",
+        ])
+        .current_dir(dir.path())
+        .env_remove("EMBER_INVENTORY")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &stderr(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("trained "))
+        .expect("a summary line");
+    assert!(line.contains("on xla"), "{line}");
+    let acc: f64 = line
+        .split("val_acc ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no val_acc in {line}"));
+    assert!(acc >= 0.95, "val_acc {acc}: {line}");
+}

@@ -1,6 +1,6 @@
 //! ACCEPTANCE 29: a run stopped mid-epoch and resumed from its checkpoint continues with the
 //! same losses, bitwise, as an uninterrupted run, and ends with the same weights (burn-flex;
-//! LibTorch's CPU with the `tch` feature).
+//! LibTorch's CPU with the `tch` feature; xla with `tpu-xla`).
 
 use std::path::{Path, PathBuf};
 
@@ -94,4 +94,19 @@ fn a_resumed_run_continues_bitwise_like_an_uninterrupted_one_on_cuda() {
     }
     let device = CudaAccelerator::parallel_devices(&[0]).remove(0);
     resumed_equals_uninterrupted::<<CudaAccelerator as Accelerator>::Backend>(device);
+}
+
+/// ACCEPTANCE 29 on xla (XLA's CPU plugin here): the checkpoint is read back through the host
+/// and the resumed run continues bitwise.
+#[cfg(feature = "tpu-xla")]
+#[test]
+fn a_resumed_run_continues_bitwise_like_an_uninterrupted_one_on_xla() {
+    use ember::Accelerator;
+    use ember::xla::XlaAccelerator;
+    if !XlaAccelerator::is_available() {
+        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+        return;
+    }
+    let device = XlaAccelerator::parallel_devices(&[0]).remove(0);
+    resumed_equals_uninterrupted::<<XlaAccelerator as Accelerator>::Backend>(device);
 }

@@ -95,3 +95,18 @@ fn trainer_and_hand_loop_give_bitwise_equal_weights_on_cuda() {
     let device = CudaAccelerator::parallel_devices(&[0]).remove(0);
     trainer_equals_hand_loop::<<CudaAccelerator as Accelerator>::Backend>(device);
 }
+
+/// ACCEPTANCE 27 on xla (XLA's CPU plugin here): the Trainer and the hand loop record the same
+/// ops, so they cut the same segments and run the same compiled programs.
+#[cfg(feature = "tpu-xla")]
+#[test]
+fn trainer_and_hand_loop_give_bitwise_equal_weights_on_xla() {
+    use ember::Accelerator;
+    use ember::xla::XlaAccelerator;
+    if !XlaAccelerator::is_available() {
+        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+        return;
+    }
+    let device = XlaAccelerator::parallel_devices(&[0]).remove(0);
+    trainer_equals_hand_loop::<<XlaAccelerator as Accelerator>::Backend>(device);
+}
