@@ -37,6 +37,28 @@ if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore safetensors numpy
 fi
 
+# XLA's CPU PJRT plugin, for the xla accelerator's tests and `cargo xtask bench xla`: the pinned
+# wheel's library, unpacked into a cache dir outside the clone, where ember looks for it
+# (crates/accel-tpu-xla/src/pjrt/plugin.rs). `pip download --no-deps` installs nothing; ~63 MB
+# to download once.
+xla_pin="xla-cpu-pjrt==0.0.1"
+xla_cache="${EMBER_XLA_CACHE:-$HOME/.cache/ember-xla}"
+if [ ! -f "$xla_cache/xla_cpu_pjrt.so" ] || [ "$(cat "$xla_cache/pin.txt" 2>/dev/null)" != "$xla_pin" ]; then
+    echo "setup: fetching XLA's CPU PJRT plugin ($xla_pin) into $xla_cache (pip download)"
+    tmp="$(mktemp -d)"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps "$xla_pin" -d "$tmp"
+    python3 - "$tmp" <<'PY'
+import glob, sys, zipfile
+tmp = sys.argv[1]
+zipfile.ZipFile(glob.glob(tmp + "/*.whl")[0]).extract("xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so", tmp)
+PY
+    mkdir -p "$xla_cache"
+    mv "$tmp/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so" "$xla_cache/xla_cpu_pjrt.so.partial"
+    mv "$xla_cache/xla_cpu_pjrt.so.partial" "$xla_cache/xla_cpu_pjrt.so"
+    echo "$xla_pin" > "$xla_cache/pin.txt"
+    rm -rf "$tmp"
+fi
+
 # With --torch: the pinned PyTorch and Lightning (scripts/torch-pins.txt) in a venv outside the
 # clone, for the LibTorch accelerators (their build and tests) and the benchmark against
 # Lightning. ~4.1 GB to download the first time (torch's wheel brings CUDA's libraries); reused

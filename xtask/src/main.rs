@@ -18,7 +18,8 @@ cargo xtask <task>
   test               every test: the acceptance suite once per backend (see test-matrix)
   test-matrix        cpu: all tests; cuda: build + unit/acceptance tests (no GPU needed);
                      wgpu: build + tests (lavapipe when no GPU); tch: LibTorch's tests on
-                     its CPU (the pinned torch venv); prints backend x result
+                     its CPU (the pinned torch venv); xla: the xla accelerator's tests on
+                     XLA's CPU PJRT plugin (setup.sh caches it); prints backend x result
   bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
   bench overhead [ROUNDS]       the Trainer vs a hand-written burn loop (digits, cpu)
   bench precision [ROUNDS] [--accelerator cpu|cuda|wgpu] [--hidden W,..] [--batch N]
@@ -206,6 +207,12 @@ fn matrix() -> Vec<Row> {
             what: "build + unit and acceptance tests (lavapipe when no GPU)",
             features: Some("ember-acceptance/wgpu,digits/wgpu"),
             envs: vec![("EMBER_WGPU_SOFTWARE", "1")],
+        },
+        Row {
+            backend: "xla",
+            what: "build + unit, acceptance and digits tests on XLA's CPU plugin",
+            features: Some("ember-acceptance/tpu-xla,digits/tpu-xla"),
+            envs: vec![],
         },
         Row {
             backend: "tch",

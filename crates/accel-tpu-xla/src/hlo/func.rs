@@ -116,7 +116,7 @@ impl Function {
                 v.shape,
                 t.shape
             );
-            v = self.reshape(&v, &t.shape.as_slice());
+            v = self.reshape(&v, t.shape.as_slice());
         }
         self.values.insert(t.id, v);
     }

@@ -13,9 +13,9 @@ pub fn lower(f: &mut Function, op: &BaseOperationIr, kind: &str) -> Result<(), U
         B::Reshape(o) | B::Expand(o) => {
             let x = f.get(&o.input);
             let v = if o.input.shape.num_elements() == o.out.shape.num_elements() {
-                f.reshape(&x, &o.out.shape.as_slice())
+                f.reshape(&x, o.out.shape.as_slice())
             } else {
-                f.broadcast_to(&x, &o.out.shape.as_slice())
+                f.broadcast_to(&x, o.out.shape.as_slice())
             };
             f.set(&o.out, v);
         }
@@ -143,7 +143,7 @@ pub fn lower(f: &mut Function, op: &BaseOperationIr, kind: &str) -> Result<(), U
 }
 
 fn fill(f: &mut Function, out: &TensorIr, value: f64) {
-    let v = f.constant(value, out.dtype, &out.shape.as_slice());
+    let v = f.constant(value, out.dtype, out.shape.as_slice());
     f.set(out, v);
 }
 

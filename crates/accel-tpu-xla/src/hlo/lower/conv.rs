@@ -86,14 +86,14 @@ pub fn forward(
         &w.dilation,
         w.groups,
         1,
-        &out.shape.as_slice(),
+        out.shape.as_slice(),
     );
     if let Some(bias) = bias {
         let b = f.get(bias);
         let mut shape = vec![1; n + 2];
         shape[1] = b.shape[0];
         let b = f.reshape(&b, &shape);
-        let b = f.broadcast_to(&b, &out.shape.as_slice());
+        let b = f.broadcast_to(&b, out.shape.as_slice());
         v = f.binary("stablehlo.add", &v, &b);
     }
     f.set(out, v);

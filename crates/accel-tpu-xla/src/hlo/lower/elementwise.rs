@@ -169,7 +169,7 @@ fn unary(f: &mut Function, o: &UnaryOpIr, name: &str) {
 fn matmul(f: &mut Function, o: &MatmulOpIr) {
     let a = f.get(&o.lhs);
     let b = f.get(&o.rhs);
-    let v = batched_matmul(f, &a, &b, &o.out.shape.as_slice(), o.out.dtype);
+    let v = batched_matmul(f, &a, &b, o.out.shape.as_slice(), o.out.dtype);
     f.set(&o.out, v);
 }
 

@@ -14,10 +14,10 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
         M::Linear(o) => {
             let x = f.get(&o.x);
             let w = f.get(&o.weight);
-            let mut v = batched_matmul(f, &x, &w, &o.out.shape.as_slice(), o.out.dtype);
+            let mut v = batched_matmul(f, &x, &w, o.out.shape.as_slice(), o.out.dtype);
             if let Some(bias) = &o.bias {
                 let b = f.get(bias);
-                let b = f.broadcast_to(&b, &o.out.shape.as_slice());
+                let b = f.broadcast_to(&b, o.out.shape.as_slice());
                 v = f.binary("stablehlo.add", &v, &b);
             }
             f.set(&o.out, v);
@@ -26,7 +26,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
             let w = f.get(&o.weight);
             let wt = f.transpose(&w, &[1, 0]);
             let g = f.get(&o.output_grad);
-            let v = batched_matmul(f, &g, &wt, &o.out.shape.as_slice(), o.out.dtype);
+            let v = batched_matmul(f, &g, &wt, o.out.shape.as_slice(), o.out.dtype);
             f.set(&o.out, v);
         }
         M::LinearWeightBackward(o) => {
@@ -38,7 +38,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
             let x2 = f.reshape(&x, &[rows, x.shape[lead]]);
             let g2 = f.reshape(&g, &[rows, g.shape[lead]]);
             let xt = f.transpose(&x2, &[1, 0]);
-            let v = batched_matmul(f, &xt, &g2, &o.out.shape.as_slice(), o.out.dtype);
+            let v = batched_matmul(f, &xt, &g2, o.out.shape.as_slice(), o.out.dtype);
             f.set(&o.out, v);
         }
         M::LinearBiasBackward(o) => {
@@ -50,13 +50,13 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
         M::Embedding(o) => {
             let w = f.get(&o.weights);
             let idx = f.get(&o.indices);
-            let v = embedding(f, &w, &idx, &o.out.shape.as_slice());
+            let v = embedding(f, &w, &idx, o.out.shape.as_slice());
             f.set(&o.out, v);
         }
         M::EmbeddingBackward(o) => {
             let g = f.get(&o.out_grad);
             let idx = f.get(&o.indices);
-            let v = embedding_backward(f, &o.weights.shape.as_slice(), &g, &idx);
+            let v = embedding_backward(f, o.weights.shape.as_slice(), &g, &idx);
             f.set(&o.out, v);
         }
         M::Conv1d(o) => conv::forward(
@@ -184,7 +184,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
                 padding: o.padding,
                 dilation: o.dilation,
             };
-            let v = pool::max(f, &x, &p, &o.out.shape.as_slice());
+            let v = pool::max(f, &x, &p, o.out.shape.as_slice());
             f.set(&o.out, v);
         }
         M::MaxPool2dWithIndices(o) => {
@@ -196,14 +196,14 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
                 dilation: o.dilation,
             };
             let (v, i) =
-                pool::max_with_indices(f, &x, &p, &o.out.shape.as_slice(), o.out_indices.dtype);
+                pool::max_with_indices(f, &x, &p, o.out.shape.as_slice(), o.out_indices.dtype);
             f.set(&o.out, v);
             f.set(&o.out_indices, i);
         }
         M::MaxPool2dWithIndicesBackward(o) => {
             let g = f.get(&o.grad);
             let i = f.get(&o.indices);
-            let v = pool::max_backward(f, &o.x.shape.as_slice(), &g, &i);
+            let v = pool::max_backward(f, o.x.shape.as_slice(), &g, &i);
             f.set(&o.out, v);
         }
         M::AvgPool2d(o) => {
@@ -214,7 +214,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
                 padding: o.padding,
                 dilation: [1, 1],
             };
-            let v = pool::avg(f, &x, &p, &o.out.shape.as_slice(), o.count_include_pad);
+            let v = pool::avg(f, &x, &p, o.out.shape.as_slice(), o.count_include_pad);
             f.set(&o.out, v);
         }
         M::AvgPool2dBackward(o) => {
@@ -231,12 +231,12 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
         }
         M::AdaptiveAvgPool2d(o) => {
             let x = f.get(&o.x);
-            let v = pool::adaptive_avg(f, &x, &o.out.shape.as_slice());
+            let v = pool::adaptive_avg(f, &x, o.out.shape.as_slice());
             f.set(&o.out, v);
         }
         M::AdaptiveAvgPool2dBackward(o) => {
             let g = f.get(&o.grad);
-            let v = pool::adaptive_avg_backward(f, &o.x.shape.as_slice(), &g);
+            let v = pool::adaptive_avg_backward(f, o.x.shape.as_slice(), &g);
             f.set(&o.out, v);
         }
         other => return Err(Unsupported(format!("module op {}", name(other)))),
@@ -263,7 +263,7 @@ fn conv_x(
 ) {
     let wv = f.get(weight);
     let g = f.get(grad);
-    let v = conv::x_backward(f, &x.shape.as_slice(), &wv, &g, w);
+    let v = conv::x_backward(f, x.shape.as_slice(), &wv, &g, w);
     f.set(out, v);
 }
 
@@ -276,7 +276,7 @@ fn conv_w(
 ) {
     let xv = f.get(x);
     let g = f.get(grad);
-    let v = conv::weight_backward(f, &xv, &g, w, &out.shape.as_slice());
+    let v = conv::weight_backward(f, &xv, &g, w, out.shape.as_slice());
     f.set(out, v);
 }
 

@@ -36,7 +36,7 @@ pub fn lower(f: &mut Function, op: &NumericOperationIr, kind: &str) -> Result<()
         }
         N::Full(o) => {
             let s = f.scalar(&o.value, o.out.dtype);
-            let v = f.broadcast_scalar(&s, &o.out.shape.as_slice());
+            let v = f.broadcast_scalar(&s, o.out.shape.as_slice());
             f.set(&o.out, v);
         }
         N::Sum(o) => reduce_all(f, &o.input, &o.out, "stablehlo.add", 0.0),
