@@ -1,6 +1,6 @@
 //! Each real accelerator in this build runs a forward and backward pass on its own backend
-//! where its hardware is present (cpu always; cuda, wgpu, tch-cpu and tch-cuda by feature; wgpu
-//! on lavapipe in CI).
+//! where its hardware is present (cpu always; cuda, wgpu, tch-cpu, tch-cuda and xla by
+//! feature; wgpu on lavapipe in CI, xla on XLA's CPU plugin).
 
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
@@ -64,6 +64,15 @@ fn tch_cpu_runs_a_backward_pass() {
 #[test]
 fn tch_cuda_runs_a_backward_pass_where_present() {
     if let Some(norm) = gradient_norm::<ember::tch::TchCudaAccelerator>() {
+        assert!(norm.is_finite() && norm > 0.0, "{norm}");
+    }
+}
+
+/// xla on whatever PJRT plugin is found (XLA's CPU plugin, cached by scripts/setup.sh, in CI).
+#[cfg(feature = "tpu-xla")]
+#[test]
+fn xla_runs_a_backward_pass_where_a_plugin_is_found() {
+    if let Some(norm) = gradient_norm::<ember::xla::XlaAccelerator>() {
         assert!(norm.is_finite() && norm > 0.0, "{norm}");
     }
 }
