@@ -147,13 +147,11 @@ impl XlaClient {
 
 /// One dtype's scalars as a 1-D tensor.
 fn scalar_data(values: &[burn_ir::ScalarIr], dtype: DType) -> TensorData {
-    let as_f64: Vec<f64> = values.iter().map(|v| v.elem::<f64>()).collect();
-    let as_i64: Vec<i64> = values.iter().map(|v| v.elem::<i64>()).collect();
     let shape = [values.len()];
-    let data = if crate::hlo::func::is_float(dtype) {
-        TensorData::new(as_f64, shape)
+    let data = if dtype.is_float() {
+        TensorData::new(values.iter().map(|v| v.elem::<f64>()).collect(), shape)
     } else {
-        TensorData::new(as_i64, shape)
+        TensorData::new(values.iter().map(|v| v.elem::<i64>()).collect(), shape)
     };
     data.convert_dtype(dtype)
 }

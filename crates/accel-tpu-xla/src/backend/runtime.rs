@@ -51,11 +51,6 @@ pub fn runtime() -> Result<&'static Runtime, String> {
         .map_err(Clone::clone)
 }
 
-/// Whether the runtime was created (probing without creating it).
-pub fn is_started() -> bool {
-    RUNTIME.get().is_some_and(Result::is_ok)
-}
-
 impl Runtime {
     /// The PJRT client.
     pub fn client(&self) -> &Client {

@@ -121,16 +121,6 @@ impl Function {
         self.values.insert(t.id, v);
     }
 
-    /// Whether tensor `t` has a value here (produced in this function or already a parameter).
-    pub fn has(&self, t: TensorId) -> bool {
-        self.values.contains_key(&t)
-    }
-
-    /// The value bound to `t`, if any.
-    pub fn value(&self, t: TensorId) -> Option<&Val> {
-        self.values.get(&t)
-    }
-
     fn fresh(&mut self) -> String {
         let n = self.next;
         self.next += 1;
@@ -404,6 +394,15 @@ impl Function {
         self.op("stablehlo.broadcast_in_dim", &[&v], &attrs, shape, v.dtype)
     }
 
+    /// Tensors `lhs` and `rhs` of a binary op, each broadcast to the op's output `shape`.
+    pub fn pair(&mut self, lhs: &TensorIr, rhs: &TensorIr, shape: &[usize]) -> (Val, Val) {
+        let a = self.get(lhs);
+        let a = self.broadcast_to(&a, shape);
+        let b = self.get(rhs);
+        let b = self.broadcast_to(&b, shape);
+        (a, b)
+    }
+
     /// `transpose` by `perm` (output dim i is input dim perm[i]).
     pub fn transpose(&mut self, v: &Val, perm: &[usize]) -> Val {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
@@ -434,9 +433,9 @@ impl Function {
 
     /// `compare` with `direction` (EQ, NE, LT, LE, GT, GE), giving booleans.
     pub fn compare(&mut self, direction: &str, a: &Val, b: &Val) -> Val {
-        let kind = if is_float(a.dtype) {
+        let kind = if a.dtype.is_float() {
             "FLOAT"
-        } else if is_unsigned(a.dtype) {
+        } else if a.dtype.is_uint() || a.dtype.is_bool() {
             "UNSIGNED"
         } else {
             "SIGNED"
@@ -524,20 +523,4 @@ pub fn list<T: ToString>(items: &[T]) -> String {
     }
     let parts: Vec<String> = items.iter().map(ToString::to_string).collect();
     format!(": {}", parts.join(", "))
-}
-
-/// Whether `dtype` is a float type.
-pub fn is_float(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::F64 | DType::F32 | DType::Flex32 | DType::F16 | DType::BF16
-    )
-}
-
-/// Whether `dtype` is an unsigned integer or bool type.
-pub fn is_unsigned(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::U64 | DType::U32 | DType::U16 | DType::U8 | DType::Bool(_)
-    )
 }

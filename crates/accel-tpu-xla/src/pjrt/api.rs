@@ -97,12 +97,6 @@ impl Api {
         &self.path
     }
 
-    /// The plugin's C API version as `major.minor`.
-    pub fn version(&self) -> (i32, i32) {
-        let v = self.raw.pjrt_api_version;
-        (v.major_version, v.minor_version)
-    }
-
     pub(crate) fn raw(&self) -> &sys::PJRT_Api {
         self.raw
     }

@@ -105,11 +105,6 @@ impl Client {
         Ok(client)
     }
 
-    /// The plugin this client runs on.
-    pub fn api(&self) -> &'static Api {
-        self.api
-    }
-
     /// The platform's name, e.g. `cpu`, `cuda`, `tpu`.
     pub fn platform(&self) -> &str {
         &self.platform
@@ -118,24 +113,6 @@ impl Client {
     /// How many devices this process can address.
     pub fn device_count(&self) -> usize {
         self.devices.len()
-    }
-
-    /// The kind of device `index`, e.g. `cpu` or `TPU v4`.
-    pub fn device_kind(&self, index: usize) -> Result<String> {
-        let mut desc = sys::PJRT_Device_GetDescription_Args {
-            struct_size: sys::PJRT_Device_GetDescription_Args_STRUCT_SIZE as usize,
-            device: self.device(index)?,
-            ..Default::default()
-        };
-        pjrt_call!(self.api, PJRT_Device_GetDescription, &mut desc)?;
-        let mut kind = sys::PJRT_DeviceDescription_Kind_Args {
-            struct_size: sys::PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE as usize,
-            device_description: desc.device_description,
-            ..Default::default()
-        };
-        pjrt_call!(self.api, PJRT_DeviceDescription_Kind, &mut kind)?;
-        // SAFETY: pointer and length into the description's storage.
-        Ok(unsafe { text(kind.device_kind, kind.device_kind_size) })
     }
 
     fn device(&self, index: usize) -> Result<*mut sys::PJRT_Device> {
@@ -316,17 +293,6 @@ impl Buffer {
         };
         pjrt_call!(self.api, PJRT_Buffer_ToHostBuffer, &mut args)?;
         Event::new(self.api, args.event).wait()
-    }
-
-    /// The buffer's size in device memory.
-    pub fn device_bytes(&self) -> Result<usize> {
-        let mut args = sys::PJRT_Buffer_OnDeviceSizeInBytes_Args {
-            struct_size: sys::PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE as usize,
-            buffer: self.raw,
-            ..Default::default()
-        };
-        pjrt_call!(self.api, PJRT_Buffer_OnDeviceSizeInBytes, &mut args)?;
-        Ok(args.on_device_size_in_bytes)
     }
 }
 

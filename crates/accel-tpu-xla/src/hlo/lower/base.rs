@@ -96,11 +96,7 @@ pub fn lower(f: &mut Function, op: &BaseOperationIr, kind: &str) -> Result<(), U
             f.set(&o.out, v);
         }
         B::Equal(o) => {
-            let shape = o.out.shape.to_vec();
-            let a = f.get(&o.lhs);
-            let a = f.broadcast_to(&a, &shape);
-            let b = f.get(&o.rhs);
-            let b = f.broadcast_to(&b, &shape);
+            let (a, b) = f.pair(&o.lhs, &o.rhs, o.out.shape.as_slice());
             let v = f.compare("EQ", &a, &b);
             f.set(&o.out, v);
         }

@@ -4,6 +4,7 @@ use burn_backend::DType;
 use burn_ir::{BoolOperationIr, FloatOperationIr, IntOperationIr, MatmulOpIr, UnaryOpIr};
 
 use crate::hlo::func::{Function, Unsupported, Val};
+use crate::hlo::lower::numeric::{binary, scalar};
 
 /// Lowers one float op.
 pub fn float(f: &mut Function, op: &FloatOperationIr) -> Result<(), Unsupported> {
@@ -56,26 +57,14 @@ pub fn float(f: &mut Function, op: &FloatOperationIr) -> Result<(), Unsupported>
             let v = f.compare("EQ", &a, &inf);
             f.set(&o.out, v);
         }
-        F::PowfScalar(o) => {
-            let x = f.get(&o.lhs);
-            let s = f.scalar(&o.rhs, x.dtype);
-            let s = f.broadcast_scalar(&s, &x.shape);
-            let v = f.binary("stablehlo.power", &x, &s);
-            f.set(&o.out, v);
-        }
+        F::PowfScalar(o) => scalar(f, o, "stablehlo.power"),
         F::Powf(o) | F::ArcTan2(o) => {
             let name = if matches!(op, F::Powf(_)) {
                 "stablehlo.power"
             } else {
                 "stablehlo.atan2"
             };
-            let shape = o.out.shape.to_vec();
-            let a = f.get(&o.lhs);
-            let a = f.broadcast_to(&a, &shape);
-            let b = f.get(&o.rhs);
-            let b = f.broadcast_to(&b, &shape);
-            let v = f.binary(name, &a, &b);
-            f.set(&o.out, v);
+            binary(f, o, name);
         }
         F::IntoInt(o) => {
             let x = f.get(&o.input);
@@ -94,38 +83,22 @@ pub fn float(f: &mut Function, op: &FloatOperationIr) -> Result<(), Unsupported>
 /// Lowers one int op.
 pub fn int(f: &mut Function, op: &IntOperationIr) -> Result<(), Unsupported> {
     use IntOperationIr as I;
-    let bitwise = |f: &mut Function, o: &burn_ir::BinaryOpIr, name: &str| {
-        let shape = o.out.shape.to_vec();
-        let a = f.get(&o.lhs);
-        let a = f.broadcast_to(&a, &shape);
-        let b = f.get(&o.rhs);
-        let b = f.broadcast_to(&b, &shape);
-        let v = f.binary(name, &a, &b);
-        f.set(&o.out, v);
-    };
-    let bitwise_scalar = |f: &mut Function, o: &burn_ir::ScalarOpIr, name: &str| {
-        let a = f.get(&o.lhs);
-        let s = f.scalar(&o.rhs, a.dtype);
-        let s = f.broadcast_scalar(&s, &a.shape);
-        let v = f.binary(name, &a, &s);
-        f.set(&o.out, v);
-    };
     match op {
         I::IntoFloat(o) => {
             let x = f.get(&o.input);
             let v = f.convert(&x, o.out.dtype);
             f.set(&o.out, v);
         }
-        I::BitwiseAnd(o) => bitwise(f, o, "stablehlo.and"),
-        I::BitwiseOr(o) => bitwise(f, o, "stablehlo.or"),
-        I::BitwiseXor(o) => bitwise(f, o, "stablehlo.xor"),
-        I::BitwiseLeftShift(o) => bitwise(f, o, "stablehlo.shift_left"),
-        I::BitwiseRightShift(o) => bitwise(f, o, "stablehlo.shift_right_arithmetic"),
-        I::BitwiseAndScalar(o) => bitwise_scalar(f, o, "stablehlo.and"),
-        I::BitwiseOrScalar(o) => bitwise_scalar(f, o, "stablehlo.or"),
-        I::BitwiseXorScalar(o) => bitwise_scalar(f, o, "stablehlo.xor"),
-        I::BitwiseLeftShiftScalar(o) => bitwise_scalar(f, o, "stablehlo.shift_left"),
-        I::BitwiseRightShiftScalar(o) => bitwise_scalar(f, o, "stablehlo.shift_right_arithmetic"),
+        I::BitwiseAnd(o) => binary(f, o, "stablehlo.and"),
+        I::BitwiseOr(o) => binary(f, o, "stablehlo.or"),
+        I::BitwiseXor(o) => binary(f, o, "stablehlo.xor"),
+        I::BitwiseLeftShift(o) => binary(f, o, "stablehlo.shift_left"),
+        I::BitwiseRightShift(o) => binary(f, o, "stablehlo.shift_right_arithmetic"),
+        I::BitwiseAndScalar(o) => scalar(f, o, "stablehlo.and"),
+        I::BitwiseOrScalar(o) => scalar(f, o, "stablehlo.or"),
+        I::BitwiseXorScalar(o) => scalar(f, o, "stablehlo.xor"),
+        I::BitwiseLeftShiftScalar(o) => scalar(f, o, "stablehlo.shift_left"),
+        I::BitwiseRightShiftScalar(o) => scalar(f, o, "stablehlo.shift_right_arithmetic"),
         I::BitwiseNot(o) => unary(f, o, "stablehlo.not"),
         I::Matmul(o) => matmul(f, o),
     }
@@ -148,13 +121,7 @@ pub fn bool(f: &mut Function, op: &BoolOperationIr) -> Result<(), Unsupported> {
             } else {
                 "stablehlo.or"
             };
-            let shape = o.out.shape.to_vec();
-            let a = f.get(&o.lhs);
-            let a = f.broadcast_to(&a, &shape);
-            let b = f.get(&o.rhs);
-            let b = f.broadcast_to(&b, &shape);
-            let v = f.binary(name, &a, &b);
-            f.set(&o.out, v);
+            binary(f, o, name);
         }
     }
     Ok(())

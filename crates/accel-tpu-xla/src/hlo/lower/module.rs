@@ -7,6 +7,13 @@ use crate::hlo::lower::conv::{self, Window};
 use crate::hlo::lower::elementwise::batched_matmul;
 use crate::hlo::lower::pool::{self, Pool};
 
+/// The [`Window`] of any conv options struct (1, 2 or 3 spatial dims; they share field names).
+macro_rules! window {
+    ($o:expr) => {
+        window(&$o.stride, &$o.padding, &$o.dilation, $o.groups)
+    };
+}
+
 /// Lowers one module op.
 pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported> {
     use ModuleOperationIr as M;
@@ -64,12 +71,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
             &o.x,
             &o.weight,
             o.bias.as_ref(),
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
+            &window!(o.options),
             &o.out,
         ),
         M::Conv2d(o) => conv::forward(
@@ -77,12 +79,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
             &o.x,
             &o.weight,
             o.bias.as_ref(),
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
+            &window!(o.options),
             &o.out,
         ),
         M::Conv3d(o) => conv::forward(
@@ -90,12 +87,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
             &o.x,
             &o.weight,
             o.bias.as_ref(),
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
+            &window!(o.options),
             &o.out,
         ),
         M::Conv1dXBackward(o) => conv_x(
@@ -103,12 +95,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
             &o.x,
             &o.weight,
             &o.output_grad,
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
+            &window!(o.options),
             &o.out,
         ),
         M::Conv2dXBackward(o) => conv_x(
@@ -116,12 +103,7 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
             &o.x,
             &o.weight,
             &o.output_grad,
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
+            &window!(o.options),
             &o.out,
         ),
         M::Conv3dXBackward(o) => conv_x(
@@ -129,50 +111,12 @@ pub fn lower(f: &mut Function, op: &ModuleOperationIr) -> Result<(), Unsupported
             &o.x,
             &o.weight,
             &o.output_grad,
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
+            &window!(o.options),
             &o.out,
         ),
-        M::Conv1dWeightBackward(o) => conv_w(
-            f,
-            &o.x,
-            &o.output_grad,
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
-            &o.out,
-        ),
-        M::Conv2dWeightBackward(o) => conv_w(
-            f,
-            &o.x,
-            &o.output_grad,
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
-            &o.out,
-        ),
-        M::Conv3dWeightBackward(o) => conv_w(
-            f,
-            &o.x,
-            &o.output_grad,
-            &window(
-                &o.options.stride,
-                &o.options.padding,
-                &o.options.dilation,
-                o.options.groups,
-            ),
-            &o.out,
-        ),
+        M::Conv1dWeightBackward(o) => conv_w(f, &o.x, &o.output_grad, &window!(o.options), &o.out),
+        M::Conv2dWeightBackward(o) => conv_w(f, &o.x, &o.output_grad, &window!(o.options), &o.out),
+        M::Conv3dWeightBackward(o) => conv_w(f, &o.x, &o.output_grad, &window!(o.options), &o.out),
         M::Conv1dBiasBackward(o) => conv_bias(f, &o.output_grad, &o.out),
         M::Conv2dBiasBackward(o) => conv_bias(f, &o.output_grad, &o.out),
         M::Conv3dBiasBackward(o) => conv_bias(f, &o.output_grad, &o.out),

@@ -3,7 +3,7 @@
 use burn_backend::DType;
 use burn_ir::{BinaryOpIr, NumericOperationIr, ReduceDimOpIr, ScalarOpIr, TensorIr};
 
-use crate::hlo::func::{Function, Unsupported, Val, is_float};
+use crate::hlo::func::{Function, Unsupported, Val};
 
 /// Lowers one numeric op on tensors of `dtype`.
 pub fn lower(f: &mut Function, op: &NumericOperationIr, kind: &str) -> Result<(), Unsupported> {
@@ -137,7 +137,7 @@ pub fn lower(f: &mut Function, op: &NumericOperationIr, kind: &str) -> Result<()
 
 /// The most negative value of `dtype` as the identity of a max (ints have no -inf).
 fn lowest(dtype: DType) -> f64 {
-    if is_float(dtype) {
+    if dtype.is_float() {
         f64::NEG_INFINITY
     } else {
         0.0
@@ -145,12 +145,7 @@ fn lowest(dtype: DType) -> f64 {
 }
 
 fn operands(f: &mut Function, o: &BinaryOpIr) -> (Val, Val) {
-    let shape = o.out.shape.to_vec();
-    let a = f.get(&o.lhs);
-    let a = f.broadcast_to(&a, &shape);
-    let b = f.get(&o.rhs);
-    let b = f.broadcast_to(&b, &shape);
-    (a, b)
+    f.pair(&o.lhs, &o.rhs, o.out.shape.as_slice())
 }
 
 fn scalar_operands(f: &mut Function, o: &ScalarOpIr) -> (Val, Val) {
@@ -160,13 +155,15 @@ fn scalar_operands(f: &mut Function, o: &ScalarOpIr) -> (Val, Val) {
     (a, s)
 }
 
-fn binary(f: &mut Function, o: &BinaryOpIr, name: &str) {
+/// A binary op with numpy broadcasting to the output's shape.
+pub(super) fn binary(f: &mut Function, o: &BinaryOpIr, name: &str) {
     let (a, b) = operands(f, o);
     let v = f.binary(name, &a, &b);
     f.set(&o.out, v);
 }
 
-fn scalar(f: &mut Function, o: &ScalarOpIr, name: &str) {
+/// A binary op of a tensor and a lifted scalar.
+pub(super) fn scalar(f: &mut Function, o: &ScalarOpIr, name: &str) {
     let (a, s) = scalar_operands(f, o);
     let v = f.binary(name, &a, &s);
     f.set(&o.out, v);
@@ -194,7 +191,7 @@ fn remainder(f: &mut Function, a: &Val, b: &Val) -> Val {
 fn reduce_all(f: &mut Function, input: &TensorIr, out: &TensorIr, combiner: &str, init: f64) {
     let x = f.get(input);
     let dims: Vec<usize> = (0..x.rank()).collect();
-    let init = if is_float(x.dtype) {
+    let init = if x.dtype.is_float() {
         init
     } else {
         int_identity(combiner, x.dtype)
@@ -205,7 +202,7 @@ fn reduce_all(f: &mut Function, input: &TensorIr, out: &TensorIr, combiner: &str
 
 fn reduce_dim(f: &mut Function, o: &ReduceDimOpIr, combiner: &str, init: f64) {
     let x = f.get(&o.input);
-    let init = if is_float(x.dtype) {
+    let init = if x.dtype.is_float() {
         init
     } else {
         int_identity(combiner, x.dtype)
@@ -251,48 +248,7 @@ fn arg_reduce(f: &mut Function, x: &Val, dim: usize, direction: &str, index: DTy
     };
     let init_v = f.constant(init_v, x.dtype, &[]);
     let init_i = f.constant(0.0, index, &[]);
-    let tv = crate::hlo::types::tensor_type(&[], x.dtype);
-    let ti = crate::hlo::types::tensor_type(&[], index);
-    let tb = crate::hlo::types::tensor_type(&[], DType::Bool(burn_backend::BoolStore::Native));
-    let [
-        a,
-        ai,
-        b,
-        bi,
-        better,
-        same,
-        lower,
-        tie,
-        nan,
-        take0,
-        take,
-        v,
-        i,
-    ] = std::array::from_fn(|_| f.region_name());
-    let kind = if is_float(x.dtype) { "FLOAT" } else { "SIGNED" };
-    let cmp = |dir: &str, l: &str, r: &str, out: &str, t: &str, k: &str| {
-        format!(
-            "        {out} = \"stablehlo.compare\"({l}, {r}) {{comparison_direction = #stablehlo<comparison_direction {dir}>, compare_type = #stablehlo<comparison_type {k}>}} : ({t}, {t}) -> {tb}\n"
-        )
-    };
-    let logic = |name: &str, l: &str, r: &str, out: &str| {
-        format!("        {out} = \"stablehlo.{name}\"({l}, {r}) : ({tb}, {tb}) -> {tb}\n")
-    };
-    let mut body = format!("      ^bb0({a}: {tv}, {ai}: {ti}, {b}: {tv}, {bi}: {ti}):\n");
-    body += &cmp(direction, &a, &b, &better, &tv, kind);
-    body += &cmp("EQ", &a, &b, &same, &tv, kind);
-    body += &cmp("LT", &ai, &bi, &lower, &ti, "SIGNED");
-    body += &cmp("NE", &a, &a, &nan, &tv, kind);
-    body += &logic("and", &same, &lower, &tie);
-    body += &logic("or", &better, &tie, &take0);
-    body += &logic("or", &take0, &nan, &take);
-    body += &format!(
-        "        {v} = \"stablehlo.select\"({take}, {a}, {b}) : ({tb}, {tv}, {tv}) -> {tv}\n"
-    );
-    body += &format!(
-        "        {i} = \"stablehlo.select\"({take}, {ai}, {bi}) : ({tb}, {ti}, {ti}) -> {ti}\n"
-    );
-    body += &format!("        \"stablehlo.return\"({v}, {i}) : ({tv}, {ti}) -> ()\n");
+    let body = arg_body(f, direction, x.dtype, index);
     let shape: Vec<usize> = (0..x.rank())
         .filter(|&d| d != dim)
         .map(|d| x.shape[d])
@@ -311,7 +267,7 @@ fn arg_reduce(f: &mut Function, x: &Val, dim: usize, direction: &str, index: DTy
 }
 
 fn lowest_or(dtype: DType, float: f64) -> f64 {
-    if is_float(dtype) {
+    if dtype.is_float() {
         float
     } else {
         int_identity("stablehlo.maximum", dtype)
@@ -319,7 +275,7 @@ fn lowest_or(dtype: DType, float: f64) -> f64 {
 }
 
 fn highest_or(dtype: DType) -> f64 {
-    if is_float(dtype) {
+    if dtype.is_float() {
         f64::INFINITY
     } else {
         int_identity("stablehlo.minimum", dtype)
@@ -337,7 +293,7 @@ fn cumulative(
     init: f64,
 ) {
     let x = f.get(input);
-    let init = if is_float(x.dtype) {
+    let init = if x.dtype.is_float() {
         init
     } else {
         int_identity(combiner, x.dtype)
@@ -374,4 +330,52 @@ fn cumulative(
         )
         .remove(0);
     f.set(out, v);
+}
+
+/// The region of a (value, index) reduction keeping the max (`GT`) or min (`LT`): ties go to the
+/// lower index and NaN wins, whichever side the reduction puts them on.
+pub(super) fn arg_body(f: &mut Function, direction: &str, value: DType, index: DType) -> String {
+    let tv = crate::hlo::types::tensor_type(&[], value);
+    let ti = crate::hlo::types::tensor_type(&[], index);
+    let tb = crate::hlo::types::tensor_type(&[], DType::Bool(burn_backend::BoolStore::Native));
+    let [
+        a,
+        ai,
+        b,
+        bi,
+        better,
+        same,
+        lower,
+        tie,
+        nan,
+        take0,
+        take,
+        v,
+        i,
+    ] = std::array::from_fn(|_| f.region_name());
+    let kind = if value.is_float() { "FLOAT" } else { "SIGNED" };
+    let cmp = |dir: &str, l: &str, r: &str, out: &str, t: &str, k: &str| {
+        format!(
+            "        {out} = \"stablehlo.compare\"({l}, {r}) {{comparison_direction = #stablehlo<comparison_direction {dir}>, compare_type = #stablehlo<comparison_type {k}>}} : ({t}, {t}) -> {tb}\n"
+        )
+    };
+    let logic = |name: &str, l: &str, r: &str, out: &str| {
+        format!("        {out} = \"stablehlo.{name}\"({l}, {r}) : ({tb}, {tb}) -> {tb}\n")
+    };
+    let mut body = format!("      ^bb0({a}: {tv}, {ai}: {ti}, {b}: {tv}, {bi}: {ti}):\n");
+    body += &cmp(direction, &a, &b, &better, &tv, kind);
+    body += &cmp("EQ", &a, &b, &same, &tv, kind);
+    body += &cmp("LT", &ai, &bi, &lower, &ti, "SIGNED");
+    body += &cmp("NE", &a, &a, &nan, &tv, kind);
+    body += &logic("and", &same, &lower, &tie);
+    body += &logic("or", &better, &tie, &take0);
+    body += &logic("or", &take0, &nan, &take);
+    body += &format!(
+        "        {v} = \"stablehlo.select\"({take}, {a}, {b}) : ({tb}, {tv}, {tv}) -> {tv}\n"
+    );
+    body += &format!(
+        "        {i} = \"stablehlo.select\"({take}, {ai}, {bi}) : ({tb}, {ti}, {ti}) -> {ti}\n"
+    );
+    body += &format!("        \"stablehlo.return\"({v}, {i}) : ({tv}, {ti}) -> ()\n");
+    body
 }

@@ -9,6 +9,7 @@ use crate::hlo::func::{Function, Val};
 use crate::hlo::lower::base::scatter;
 use crate::hlo::lower::conv::{self, Window};
 use crate::hlo::lower::elementwise::batched_matmul;
+use crate::hlo::lower::numeric::arg_body;
 
 /// A pooling window over the last two dims.
 pub struct Pool {
@@ -71,7 +72,8 @@ pub fn max(f: &mut Function, x: &Val, p: &Pool, out: &[usize]) -> Val {
     .remove(0)
 }
 
-/// Max pooling with the flat index (`h * width + w`) of each maximum; ties go to the first.
+/// Max pooling with the flat index (`h * width + w`) of each maximum; ties go to the first, NaN
+/// wins.
 pub fn max_with_indices(
     f: &mut Function,
     x: &Val,
@@ -87,28 +89,7 @@ pub fn max_with_indices(
     let flat = f.binary("stablehlo.add", &rows, &cols);
     let init_v = f.constant(f64::NEG_INFINITY, x.dtype, &[]);
     let init_i = f.constant(0.0, index, &[]);
-    let tv = crate::hlo::types::tensor_type(&[], x.dtype);
-    let ti = crate::hlo::types::tensor_type(&[], index);
-    let tb = crate::hlo::types::tensor_type(&[], DType::Bool(burn_backend::BoolStore::Native));
-    let [a, ai, b, bi, gt, eq, lt, tie, take, v, i] = std::array::from_fn(|_| f.region_name());
-    let cmp = |dir: &str, l: &str, r: &str, o: &str, t: &str, k: &str| {
-        format!(
-            "        {o} = \"stablehlo.compare\"({l}, {r}) {{comparison_direction = #stablehlo<comparison_direction {dir}>, compare_type = #stablehlo<comparison_type {k}>}} : ({t}, {t}) -> {tb}\n"
-        )
-    };
-    let mut body = format!("      ^bb0({a}: {tv}, {ai}: {ti}, {b}: {tv}, {bi}: {ti}):\n");
-    body += &cmp("GT", &a, &b, &gt, &tv, "FLOAT");
-    body += &cmp("EQ", &a, &b, &eq, &tv, "FLOAT");
-    body += &cmp("LT", &ai, &bi, &lt, &ti, "SIGNED");
-    body += &format!("        {tie} = \"stablehlo.and\"({eq}, {lt}) : ({tb}, {tb}) -> {tb}\n");
-    body += &format!("        {take} = \"stablehlo.or\"({gt}, {tie}) : ({tb}, {tb}) -> {tb}\n");
-    body += &format!(
-        "        {v} = \"stablehlo.select\"({take}, {a}, {b}) : ({tb}, {tv}, {tv}) -> {tv}\n"
-    );
-    body += &format!(
-        "        {i} = \"stablehlo.select\"({take}, {ai}, {bi}) : ({tb}, {ti}, {ti}) -> {ti}\n"
-    );
-    body += &format!("        \"stablehlo.return\"({v}, {i}) : ({tv}, {ti}) -> ()\n");
+    let body = arg_body(f, "GT", x.dtype, index);
     let attrs = p.attrs(&x.shape, out);
     let mut outs = f.op_multi(
         "stablehlo.reduce_window",
