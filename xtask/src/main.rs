@@ -30,6 +30,8 @@ cargo xtask <task>
   bench sharded [ROUNDS]        ddp_sharded vs ddp: optimizer state, peak RSS, samples/s (2 ranks)
   bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
                      Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
+  bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu on digits and a
+                     wide MLP: steps/s, compiles, cache hits, host overhead per step
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
@@ -316,6 +318,20 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 setup(true) && run_in("cargo", &cargo, &[], &torch_env())
             }
+            Some(&"xla") => {
+                let mut cargo = vec![
+                    "bench",
+                    "-p",
+                    "digits",
+                    "--features",
+                    "tpu-xla",
+                    "--bench",
+                    "xla",
+                    "--",
+                ];
+                cargo.extend(&rest[1..]);
+                setup(false) && run("cargo", &cargo, &[])
+            }
             Some(&"sharded") => {
                 let mut cargo = vec![
                     "bench",
@@ -330,7 +346,7 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla"
                 );
                 false
             }

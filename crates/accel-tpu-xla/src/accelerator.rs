@@ -112,6 +112,7 @@ impl Accelerator for XlaAccelerator {
         let mut out = DeviceStats::new();
         out.insert("xla_programs_compiled".into(), stats.compiles as f64);
         out.insert("xla_cache_hits".into(), stats.hits as f64);
+        out.insert("xla_segments_lowered".into(), stats.lowerings as f64);
         out.insert("xla_compile_seconds".into(), stats.compile_seconds);
         out.insert("xla_executions".into(), stats.executions as f64);
         out

@@ -57,6 +57,38 @@ fn compiles_runs_and_reads_back_on_every_device() {
     }
 }
 
+/// `a` is donated to the result: the program writes `a + b` in `a`'s memory.
+const ADD_IN_PLACE: &str = r#"
+func.func @main(%a: tensor<3xf32> {tf.aliasing_output = 0 : i32}, %b: tensor<3xf32>) -> (tensor<3xf32>) {
+  %s = "stablehlo.add"(%a, %b) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return %s : tensor<3xf32>
+}
+"#;
+
+#[test]
+fn a_donated_input_is_consumed_by_the_run() {
+    let Some(client) = client() else { return };
+    let exe = client.compile(ADD_IN_PLACE).expect("compile");
+    let upload = |v: &[f32]| {
+        client
+            .upload(&f32_bytes(v), ElementType::F32, &[3], 0)
+            .unwrap()
+    };
+    let (a, b) = (upload(&[1., 2., 3.]), upload(&[10., 20., 30.]));
+    let out = client.execute(&exe, &[&a, &b], 0).expect("execute");
+    let mut sum = vec![0u8; 12];
+    out[0].download(&mut sum).unwrap();
+    assert_eq!(sum, f32_bytes(&[11., 22., 33.]));
+    // The plugin took `a`'s buffer for the result; `b` is untouched.
+    let err = a.download(&mut sum).expect_err("a was donated");
+    assert!(
+        err.message.contains("donated") || err.message.contains("deleted"),
+        "{err}"
+    );
+    b.download(&mut sum).unwrap();
+    assert_eq!(sum, f32_bytes(&[10., 20., 30.]));
+}
+
 #[test]
 fn a_bad_program_is_an_error_carrying_the_plugins_message() {
     let Some(client) = client() else { return };

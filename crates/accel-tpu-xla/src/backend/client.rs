@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use burn_backend::{DType, DTypeUsage, DTypeUsageSet, ExecutionError, TensorData};
 use burn_ir::{
@@ -15,9 +16,10 @@ use burn_std::future::DynFut;
 use super::data::{self, dims, element_type};
 use super::device::XlaDevice;
 use super::runtime::{Runtime, runtime};
-use super::segment;
-use crate::hlo::Scalars;
-use crate::pjrt::Buffer;
+use super::segment::{self, Failure};
+use super::signature::Signature;
+use super::template::{Bound, Template};
+use crate::pjrt::{Buffer, Executable};
 
 /// Ops recorded before a segment is cut even without a read, bounding host memory and
 /// program size.
@@ -28,11 +30,21 @@ struct Stored {
     buffer: Buffer,
 }
 
-/// What one device's client holds: the ops since the last cut and the live device tensors.
+/// What one device's client holds: the ops since the last cut, the live device tensors, and
+/// the tensors that could not be made, with why.
 #[derive(Default)]
 struct State {
     ops: Vec<OperationIr>,
     tensors: HashMap<TensorId, Stored>,
+    failed: HashMap<TensorId, Failure>,
+}
+
+impl State {
+    /// Forgets a tensor that no one will use again.
+    fn free(&mut self, id: &TensorId) {
+        self.tensors.remove(id);
+        self.failed.remove(id);
+    }
 }
 
 /// The runner client of one xla device.
@@ -75,51 +87,117 @@ impl XlaClient {
             .map_err(|e| fail(e.to_string()))
     }
 
-    /// Runs everything recorded so far.
+    /// Runs everything recorded so far. A tensor that cannot be made (an op not lowered, a
+    /// program the plugin rejects) keeps its error, reported when it is read; the first such
+    /// error of the segment is also returned.
     fn flush(&self, state: &mut State) -> Result<(), ExecutionError> {
         if state.ops.is_empty() {
             return Ok(());
         }
+        let start = Instant::now();
         let ops = std::mem::take(&mut state.ops);
-        let built = segment::build(&ops).map_err(|e| fail(e.to_string()))?;
-        if let Some(program) = &built.program {
-            let rt = self.runtime()?;
-            let exe = rt.executable(&program.text).map_err(fail)?;
-            let scalars = self.scalar_buffers(&program.scalars)?;
-            let mut args: Vec<&Buffer> = Vec::with_capacity(program.inputs.len() + scalars.len());
-            for id in &program.inputs {
-                let stored = state.tensors.get(id).ok_or_else(|| {
-                    fail(format!(
-                        "xla: tensor {id} is read by a program but holds no data"
-                    ))
-                })?;
-                args.push(&stored.buffer);
-            }
-            args.extend(scalars.iter());
-            let outs = rt
-                .client()
-                .execute(&exe, &args, self.device.index)
-                .map_err(|e| fail(e.to_string()))?;
-            rt.record_execution();
-            for (id, buffer) in built.outputs.iter().zip(outs) {
-                state.tensors.insert(*id, Stored { buffer });
+        let rt = self.runtime()?;
+        let sig = Signature::of(&ops);
+        let reads_failed =
+            !state.failed.is_empty() && sig.ids.iter().any(|id| state.failed.contains_key(id));
+        let known = if reads_failed {
+            None
+        } else {
+            rt.template(&sig)
+        };
+        let (bound, failed, program) = match known {
+            Some((exe, bound)) => (bound, Vec::new(), Ok(Some((exe, Duration::ZERO)))),
+            None => self.lower(rt, state, &ops, sig),
+        };
+        let mut result = match program {
+            Ok(Some((exe, compiling))) => self.run(state, &exe, &bound, start, compiling),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &result {
+            let cause = Failure::from(e.to_string());
+            for id in &bound.outputs {
+                state.failed.insert(*id, cause.clone());
             }
         }
-        for id in &built.freed {
-            state.tensors.remove(id);
+        if let (Ok(()), Some((_, cause))) = (&result, failed.first()) {
+            result = Err(fail(cause.to_string()));
         }
-        Ok(())
+        state.failed.extend(failed);
+        for id in &bound.freed {
+            state.free(id);
+        }
+        result
     }
 
-    fn scalar_buffers(&self, scalars: &Scalars) -> Result<Vec<Buffer>, ExecutionError> {
-        scalars
-            .by_dtype
+    /// Lowers a segment whose structure has no template yet: its tensors and scalars, the
+    /// tensors it cannot make, and its program (compiled or found by its text; `None` when it
+    /// has nothing to run). Remembers it as a template when every op lowered.
+    #[allow(clippy::type_complexity)]
+    fn lower(
+        &self,
+        rt: &Runtime,
+        state: &State,
+        ops: &[OperationIr],
+        sig: Signature,
+    ) -> (
+        Bound,
+        Vec<(TensorId, Failure)>,
+        Result<Option<(Arc<Executable>, Duration)>, ExecutionError>,
+    ) {
+        let built = segment::build(ops, &state.failed);
+        rt.record_lowering();
+        let bound = Bound::of(&built);
+        let Some(program) = &built.program else {
+            return (bound, built.failed, Ok(None));
+        };
+        let (exe, compiling) = match rt.executable(&program.text) {
+            Ok(found) => found,
+            Err(e) => return (bound, built.failed, Err(fail(e))),
+        };
+        if built.failed.is_empty()
+            && let Some(template) = Template::new(&sig, &built, program, exe.clone())
+        {
+            rt.remember(sig, template);
+        }
+        (bound, built.failed, Ok(Some((exe, compiling))))
+    }
+
+    /// Runs a segment's program, keeping its outputs.
+    fn run(
+        &self,
+        state: &mut State,
+        exe: &Executable,
+        bound: &Bound,
+        start: Instant,
+        compiling: Duration,
+    ) -> Result<(), ExecutionError> {
+        let rt = self.runtime()?;
+        let scalars = bound
+            .scalars
             .iter()
-            .map(|(dtype, values)| {
-                let data = scalar_data(values, *dtype);
-                self.upload(&data)
-            })
-            .collect()
+            .map(|(dtype, values)| self.upload(&scalar_data(values, *dtype)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut args: Vec<&Buffer> = Vec::with_capacity(bound.inputs.len() + scalars.len());
+        for id in &bound.inputs {
+            let stored = state.tensors.get(id).ok_or_else(|| {
+                fail(format!(
+                    "xla: tensor {id} is read by a program but holds no data"
+                ))
+            })?;
+            args.push(&stored.buffer);
+        }
+        args.extend(scalars.iter());
+        let running = Instant::now();
+        let outs = rt
+            .client()
+            .execute(exe, &args, self.device.index)
+            .map_err(|e| fail(e.to_string()))?;
+        rt.record_cut(running - start - compiling, running.elapsed());
+        for (id, buffer) in bound.outputs.iter().zip(outs) {
+            state.tensors.insert(*id, Stored { buffer });
+        }
+        Ok(())
     }
 
     /// Makes a random op's output on the host, now: it has no inputs, and drawing it from the
@@ -143,6 +221,26 @@ impl XlaClient {
             Err(e) => panic!("xla: cannot upload a random tensor: {e}"),
         }
     }
+
+    /// Adds `op` to the segment (or, for ops with nothing to compile, does it now); true when
+    /// the segment has reached its cap.
+    fn record(&self, state: &mut State, op: OperationIr) -> bool {
+        match &op {
+            OperationIr::Float(_, FloatOperationIr::Random(r))
+            | OperationIr::NumericInt(_, NumericOperationIr::IntRandom(r)) => {
+                self.materialize_random(state, &r.out, r.distribution);
+                return false;
+            }
+            OperationIr::Init(_) => return false,
+            OperationIr::Drop(t) if state.ops.is_empty() => {
+                state.free(&t.id);
+                return false;
+            }
+            _ => {}
+        }
+        state.ops.push(op);
+        state.ops.len() >= MAX_OPS
+    }
 }
 
 /// One dtype's scalars as a 1-D tensor.
@@ -160,32 +258,30 @@ impl RunnerClient for XlaClient {
     type Device = XlaDevice;
 
     fn register_op(&self, op: OperationIr) {
+        let start = Instant::now();
         let mut state = self.state.lock().expect("xla state lock");
-        match &op {
-            OperationIr::Float(_, FloatOperationIr::Random(r))
-            | OperationIr::NumericInt(_, NumericOperationIr::IntRandom(r)) => {
-                self.materialize_random(&mut state, &r.out, r.distribution);
-                return;
-            }
-            OperationIr::Init(_) => return,
-            OperationIr::Drop(t) if state.ops.is_empty() => {
-                state.tensors.remove(&t.id);
-                return;
-            }
-            _ => {}
+        let full = self.record(&mut state, op);
+        if let Ok(rt) = runtime() {
+            rt.record_recording(start.elapsed());
         }
-        state.ops.push(op);
-        if state.ops.len() >= MAX_OPS
-            && let Err(e) = self.flush(&mut state)
-        {
-            panic!("{e}");
+        if full {
+            // A failure is kept with the tensors it concerns and reported where one is read.
+            let _ = self.flush(&mut state);
         }
     }
 
     fn read_tensor_async(&self, tensor: TensorIr) -> DynFut<Result<TensorData, ExecutionError>> {
         let result = (|| {
             let mut state = self.state.lock().expect("xla state lock");
-            self.flush(&mut state)?;
+            // A failure is kept with the tensors it concerns: this one's is reported below.
+            let _ = self.flush(&mut state);
+            if let Some(cause) = state.failed.get(&tensor.id) {
+                let e = fail(cause.to_string());
+                if tensor.status == TensorStatus::ReadWrite {
+                    state.free(&tensor.id);
+                }
+                return Err(e);
+            }
             let stored = state
                 .tensors
                 .get(&tensor.id)
@@ -197,7 +293,7 @@ impl RunnerClient for XlaClient {
                 .download(&mut bytes)
                 .map_err(|e| fail(e.to_string()))?;
             if tensor.status == TensorStatus::ReadWrite {
-                state.tensors.remove(&tensor.id);
+                state.free(&tensor.id);
             }
             Ok(TensorData::from_bytes_vec(
                 bytes,

@@ -7,6 +7,8 @@ mod data;
 mod device;
 pub mod runtime;
 mod segment;
+mod signature;
+mod template;
 
 pub use channel::XlaChannel;
 pub use client::XlaClient;

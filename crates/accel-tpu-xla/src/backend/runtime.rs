@@ -4,27 +4,78 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::signature::Signature;
+use super::template::{Bound, Template};
 use crate::pjrt::{Api, Client, Executable, plugin};
 
-/// Counters of the compile cache, for tests, benchmarks and logs.
+/// Counters of the compile cache and of where the backend's time goes, for tests,
+/// benchmarks and logs.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CacheStats {
     /// Distinct programs compiled.
     pub compiles: usize,
     /// Segments that found their program already compiled.
     pub hits: usize,
+    /// Segments lowered to StableHLO text: those whose structure had not been seen (a steady
+    /// training step is lowered once, then found by its structure).
+    pub lowerings: usize,
     /// Seconds spent in the plugin's compiler.
     pub compile_seconds: f64,
     /// Segments executed.
     pub executions: usize,
+    /// Seconds spent running programs: the plugin's execute call and the wait for its result.
+    pub execute_seconds: f64,
+    /// Seconds spent recording ops as burn hands them over.
+    pub record_seconds: f64,
+    /// Seconds spent at cuts on the host, outside the compiler and the run: lowering the
+    /// segment, looking its program up, uploading its scalars and gathering its arguments.
+    pub prepare_seconds: f64,
+}
+
+/// Applies `op` to each counter of two readings (their sum, or what happened between them).
+macro_rules! each_counter {
+    ($a:expr, $b:expr, $op:tt) => {
+        CacheStats {
+            compiles: $a.compiles $op $b.compiles,
+            hits: $a.hits $op $b.hits,
+            lowerings: $a.lowerings $op $b.lowerings,
+            compile_seconds: $a.compile_seconds $op $b.compile_seconds,
+            executions: $a.executions $op $b.executions,
+            execute_seconds: $a.execute_seconds $op $b.execute_seconds,
+            record_seconds: $a.record_seconds $op $b.record_seconds,
+            prepare_seconds: $a.prepare_seconds $op $b.prepare_seconds,
+        }
+    };
+}
+
+impl std::ops::Add for CacheStats {
+    type Output = CacheStats;
+    fn add(self, other: CacheStats) -> CacheStats {
+        each_counter!(self, other, +)
+    }
+}
+
+impl std::ops::Sub for CacheStats {
+    type Output = CacheStats;
+    /// What happened between an earlier reading (`other`) and this one.
+    fn sub(self, other: CacheStats) -> CacheStats {
+        each_counter!(self, other, -)
+    }
 }
 
 /// The PJRT client of this process and the programs compiled on it.
 pub struct Runtime {
     client: Client,
+    /// Programs by their text.
     cache: Mutex<HashMap<String, Arc<Executable>>>,
+    /// Lowered segments by their structure: a few per structure, for scalars written into
+    /// the program (booleans) that differ.
+    templates: Mutex<HashMap<Vec<u8>, Vec<Arc<Template>>>>,
     stats: Mutex<CacheStats>,
 }
+
+/// Templates kept per segment structure; the oldest goes first.
+const TEMPLATES_PER_STRUCTURE: usize = 4;
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 
@@ -44,6 +95,7 @@ pub fn runtime() -> Result<&'static Runtime, String> {
             Ok(Runtime {
                 client,
                 cache: Mutex::new(HashMap::new()),
+                templates: Mutex::new(HashMap::new()),
                 stats: Mutex::new(CacheStats::default()),
             })
         })
@@ -57,11 +109,12 @@ impl Runtime {
         &self.client
     }
 
-    /// The executable for `text`, compiling it on a miss.
-    pub fn executable(&self, text: &str) -> Result<Arc<Executable>, String> {
+    /// The executable for `text`, compiling it on a miss; with the time the compile took
+    /// (zero on a hit).
+    pub fn executable(&self, text: &str) -> Result<(Arc<Executable>, Duration), String> {
         if let Some(exe) = self.cache.lock().expect("cache lock").get(text) {
             self.stats.lock().expect("stats lock").hits += 1;
-            return Ok(exe.clone());
+            return Ok((exe.clone(), Duration::ZERO));
         }
         let start = Instant::now();
         let exe = Arc::new(self.client.compile(text).map_err(|e| {
@@ -74,7 +127,37 @@ impl Runtime {
             .lock()
             .expect("cache lock")
             .insert(text.to_owned(), exe.clone());
-        Ok(exe)
+        Ok((exe, took))
+    }
+
+    /// The program of a segment lowered before with the structure of `sig`, applied to it.
+    pub(crate) fn template(&self, sig: &Signature) -> Option<(Arc<Executable>, Bound)> {
+        let found = {
+            let templates = self.templates.lock().expect("template lock");
+            templates
+                .get(&sig.bytes)?
+                .iter()
+                .find_map(|t| t.bind(sig).map(|bound| (t.exe.clone(), bound)))
+        };
+        if found.is_some() {
+            self.stats.lock().expect("stats lock").hits += 1;
+        }
+        found
+    }
+
+    /// Counts a segment lowered.
+    pub(crate) fn record_lowering(&self) {
+        self.stats.lock().expect("stats lock").lowerings += 1;
+    }
+
+    /// Keeps a lowered segment for later segments of its structure.
+    pub(crate) fn remember(&self, sig: Signature, template: Template) {
+        let mut templates = self.templates.lock().expect("template lock");
+        let kept = templates.entry(sig.bytes).or_default();
+        if kept.len() == TEMPLATES_PER_STRUCTURE {
+            kept.remove(0);
+        }
+        kept.push(Arc::new(template));
     }
 
     fn record_compile(&self, took: Duration) {
@@ -88,8 +171,17 @@ impl Runtime {
         );
     }
 
-    pub(crate) fn record_execution(&self) {
-        self.stats.lock().expect("stats lock").executions += 1;
+    /// Counts a cut that ran a program: its host work outside the compiler, and its run.
+    pub(crate) fn record_cut(&self, preparing: Duration, executing: Duration) {
+        let mut stats = self.stats.lock().expect("stats lock");
+        stats.executions += 1;
+        stats.prepare_seconds += preparing.as_secs_f64();
+        stats.execute_seconds += executing.as_secs_f64();
+    }
+
+    /// Counts time spent recording ops.
+    pub(crate) fn record_recording(&self, took: Duration) {
+        self.stats.lock().expect("stats lock").record_seconds += took.as_secs_f64();
     }
 
     /// The cache's counters so far.

@@ -1,71 +1,107 @@
 //! A recorded segment of ops turned into one program: which tensors it reads, which it leaves
-//! alive, which die in it.
+//! alive, which die in it, and which cannot be computed and why.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use burn_ir::{OperationIr, TensorId, TensorStatus};
 
-use crate::hlo::{Emitted, Function, Unsupported, lower::lower};
+use crate::hlo::{Emitted, Function, lower::lower};
+
+/// Why a tensor holds no value: the error of the op that should have made it.
+pub type Failure = Arc<str>;
 
 /// A segment ready to run.
 pub struct Built {
-    /// The program and its parameters; `None` when the segment only frees tensors.
+    /// The program and its parameters; `None` when the segment only frees tensors (or when
+    /// every op in it failed).
     pub program: Option<Emitted>,
     /// The tensors the program returns, in order: those made here and still referenced.
     pub outputs: Vec<TensorId>,
     /// Tensors made before this segment whose last use (or drop) is in it: freed after it runs.
     pub freed: Vec<TensorId>,
+    /// Tensors the segment cannot make, with the error of the op at the root of it: an op
+    /// that is not lowered, and every op that reads what such an op (or an earlier failed
+    /// segment) should have made. The other ops of the segment still run.
+    pub failed: Vec<(TensorId, Failure)>,
 }
 
 /// Lowers `ops` into one function. A tensor stays alive unless an op consumed it as its last
-/// user (`TensorStatus::ReadWrite`) or a `Drop` op names it.
-pub fn build(ops: &[OperationIr]) -> Result<Built, Unsupported> {
+/// user (`TensorStatus::ReadWrite`) or a `Drop` op names it. `earlier` holds the tensors that
+/// earlier segments failed to make.
+pub fn build(ops: &[OperationIr], earlier: &HashMap<TensorId, Failure>) -> Built {
     let mut f = Function::new();
     let mut produced = Vec::new();
     let mut made = HashSet::new();
     let mut dead = HashSet::new();
     let mut dead_order = Vec::new();
-    let mut computes = false;
+    let mut failed: HashMap<TensorId, Failure> = HashMap::new();
+    let mut failed_order = Vec::new();
     for op in ops {
-        match op {
-            OperationIr::Drop(t) => {
-                if dead.insert(t.id) {
-                    dead_order.push(t.id);
-                }
-                continue;
+        if let OperationIr::Drop(t) = op {
+            if dead.insert(t.id) {
+                dead_order.push(t.id);
             }
-            OperationIr::Init(_) => continue,
-            _ => {}
+            continue;
         }
-        lower(&mut f, op)?;
-        computes = true;
+        let poisoned = op
+            .inputs()
+            .find_map(|t| failed.get(&t.id).or_else(|| earlier.get(&t.id)).cloned());
+        let result = match poisoned {
+            Some(cause) => Err(cause),
+            None => lower(&mut f, op).map_err(|e| Failure::from(e.to_string())),
+        };
         for t in op.inputs() {
             if t.status == TensorStatus::ReadWrite && dead.insert(t.id) {
                 dead_order.push(t.id);
             }
         }
         for t in op.outputs() {
-            if made.insert(t.id) {
-                produced.push(t.id);
+            match &result {
+                Ok(()) => {
+                    if made.insert(t.id) {
+                        produced.push(t.id);
+                    }
+                }
+                Err(cause) => {
+                    if failed.insert(t.id, cause.clone()).is_none() {
+                        failed_order.push(t.id);
+                    }
+                }
             }
         }
     }
-    let outputs: Vec<TensorId> = produced
+    let mut outputs: Vec<TensorId> = produced
         .into_iter()
         .filter(|id| !dead.contains(id))
         .collect();
-    let freed = dead_order
+    let freed: Vec<TensorId> = dead_order
         .into_iter()
-        .filter(|id| !made.contains(id))
+        .filter(|id| !made.contains(id) && !failed.contains_key(id))
         .collect();
-    let program = if computes && !outputs.is_empty() {
-        Some(f.finish(&outputs)?)
-    } else {
+    let mut failed: Vec<(TensorId, Failure)> = failed_order
+        .into_iter()
+        .filter(|id| !dead.contains(id))
+        .map(|id| (id, failed[&id].clone()))
+        .collect();
+    let program = if outputs.is_empty() {
         None
+    } else {
+        // What dies here may lend its buffer to an output: parameters updated in place.
+        let donors: HashSet<TensorId> = freed.iter().copied().collect();
+        match f.finish(&outputs, &donors) {
+            Ok(program) => Some(program),
+            Err(e) => {
+                let cause = Failure::from(e.to_string());
+                failed.extend(outputs.drain(..).map(|id| (id, cause.clone())));
+                None
+            }
+        }
     };
-    Ok(Built {
+    Built {
         program,
         outputs,
         freed,
-    })
+        failed,
+    }
 }

@@ -5,7 +5,7 @@
 //! segments that do the same work on different tensors and scalars produce the same text:
 //! the text itself is the compile cache's key.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use burn_backend::DType;
@@ -41,7 +41,17 @@ impl Val {
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Scalars {
     /// (dtype, values in slot order), in order of first use.
-    pub by_dtype: Vec<(DType, Vec<ScalarIr>)>,
+    pub by_dtype: Vec<(DType, Vec<Lifted>)>,
+}
+
+/// One lifted scalar.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lifted {
+    /// Its value.
+    pub value: ScalarIr,
+    /// Where it sat in the recorded ops (its address), so that a later segment of the same
+    /// structure can find its own value for this parameter without being lowered again.
+    pub origin: usize,
 }
 
 /// A function being emitted.
@@ -264,6 +274,8 @@ impl Function {
 
     /// A scalar from the graph as a 0-d value of `dtype`: lifted into the scalar parameter of
     /// that dtype (booleans, which steer programs rather than feed them, stay constants).
+    /// `value` must be the op's own field, not a copy: its address is how a later segment of
+    /// the same structure finds its value (see `backend::signature`).
     pub fn scalar(&mut self, value: &ScalarIr, dtype: DType) -> Val {
         if let ScalarIr::Bool(b) = value {
             return self.constant(f64::from(u8::from(*b)), dtype, &[]);
@@ -277,7 +289,10 @@ impl Function {
         };
         let values = &mut self.scalars.by_dtype[slot].1;
         let index = values.len();
-        values.push(*value);
+        values.push(Lifted {
+            value: *value,
+            origin: value as *const ScalarIr as usize,
+        });
         // The vector's length is only known at the end: a placeholder, replaced by `finish`.
         let vector = Val {
             name: format!("%s{slot}"),
@@ -292,16 +307,39 @@ impl Function {
         self.reshape(&one, &[])
     }
 
-    /// Ends the function, returning `outputs` in order.
-    pub fn finish(mut self, outputs: &[TensorId]) -> Result<Emitted, Unsupported> {
+    /// Ends the function, returning `outputs` in order. The buffers of `donors` (inputs no
+    /// one reads after this program) are donated to outputs of the same type: the program
+    /// writes those outputs in their memory, and the inputs are gone after it runs.
+    pub fn finish(
+        mut self,
+        outputs: &[TensorId],
+        donors: &HashSet<TensorId>,
+    ) -> Result<Emitted, Unsupported> {
+        let mut results = Vec::with_capacity(outputs.len());
+        for id in outputs {
+            let v = self
+                .values
+                .get(id)
+                .ok_or_else(|| Unsupported(format!("an output ({id}) that no op produced")))?;
+            results.push(v.clone());
+        }
+        let types: Vec<String> = results.iter().map(Val::ty).collect();
+        let mut aliased = vec![false; types.len()];
         let mut head = String::from("func.func @main(");
         let mut first = true;
-        for (_, p) in &self.params {
+        for (id, p) in &self.params {
             if !first {
                 head.push_str(", ");
             }
             first = false;
-            let _ = write!(head, "{}: {}", p.name, p.ty());
+            let ty = p.ty();
+            let _ = write!(head, "{}: {ty}", p.name);
+            if donors.contains(id)
+                && let Some(out) = (0..types.len()).find(|&j| !aliased[j] && types[j] == ty)
+            {
+                aliased[out] = true;
+                let _ = write!(head, " {{tf.aliasing_output = {out} : i32}}");
+            }
         }
         for (slot, (dtype, values)) in self.scalars.by_dtype.iter().enumerate() {
             if !first {
@@ -313,16 +351,7 @@ impl Function {
             let placeholder = format!("tensor<{}x{}>", usize::MAX - slot, mlir_type(*dtype));
             self.body = self.body.replace(&placeholder, &ty);
         }
-        let mut results = Vec::with_capacity(outputs.len());
-        for id in outputs {
-            let v = self
-                .values
-                .get(id)
-                .ok_or_else(|| Unsupported(format!("an output ({id}) that no op produced")))?;
-            results.push(v.clone());
-        }
         head.push_str(") -> (");
-        let types: Vec<String> = results.iter().map(Val::ty).collect();
         head.push_str(&types.join(", "));
         head.push_str(") {\n");
         let names: Vec<&str> = results.iter().map(|v| v.name.as_str()).collect();

@@ -4,4 +4,4 @@ pub mod func;
 pub mod lower;
 pub mod types;
 
-pub use func::{Emitted, Function, Scalars, Unsupported, Val};
+pub use func::{Emitted, Function, Lifted, Scalars, Unsupported, Val};

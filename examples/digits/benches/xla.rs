@@ -1,0 +1,229 @@
+//! The xla accelerator (XLA's CPU plugin through PJRT) against ember's default cpu accelerator
+//! (burn-flex): the digits MLP and a wide one, trained by the Trainer, alternating in one run.
+//!
+//! `cargo xtask bench xla [ROUNDS]`. For each workload a first fit on each side is untimed: on
+//! xla it compiles the programs (its line gives how many, their seconds, and how many were
+//! compiled after the first epoch: the target is 0). Then ROUNDS rounds alternate which side
+//! goes first and time whole fits (no validation, files or progress bar; the device is synced
+//! before the clock stops). Over the timed xla fits the backend's counters give the cache
+//! hits and where a step's time goes: recording ops, preparing each program on the host
+//! (lowering, cache lookup, scalars and arguments), running it in the plugin, and the rest
+//! (burn's autodiff and router, the Trainer, the batches). Host overhead is recording plus
+//! preparing, as a share of the step. The last line is `xla/flex: X.XXx`: the wide MLP's
+//! steps/s on xla over cpu (medians).
+
+#[path = "common/rounds.rs"]
+mod rounds;
+use rounds::{median, rounds};
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use anyhow::ensure;
+use burn::tensor::backend::Backend;
+use digits::data::DigitsData;
+use digits::model::{DigitsModel, ModelConfig};
+use digits::train::DataConfig;
+use ember::callbacks::{Callback, CallbackContext};
+use ember::cpu::CpuAccelerator;
+use ember::options::Limit;
+use ember::xla::XlaAccelerator;
+use ember::xla::backend::{CacheStats, stats};
+use ember::{Accelerator, DataModule, Plan, Precision, Stage, Trainer, TrainerOptions};
+
+/// A model and how long to train it.
+struct Workload {
+    name: &'static str,
+    hidden: Vec<usize>,
+    batch: usize,
+    epochs: u64,
+}
+
+impl Workload {
+    fn describe(&self) -> String {
+        let widths: Vec<String> = self.hidden.iter().map(usize::to_string).collect();
+        format!(
+            "{}: MLP 64-{}-10, batch {}, Adam, {} epochs of the 1437 training images",
+            self.name,
+            widths.join("-"),
+            self.batch,
+            self.epochs
+        )
+    }
+}
+
+/// Programs compiled so far, at the end of each training epoch.
+struct CompilesPerEpoch(Rc<RefCell<Vec<usize>>>);
+
+impl Callback for CompilesPerEpoch {
+    fn name(&self) -> &str {
+        "CompilesPerEpoch"
+    }
+
+    fn on_train_epoch_end(&mut self, _: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        self.0.borrow_mut().push(stats().compiles);
+        Ok(())
+    }
+}
+
+/// One timed fit.
+struct Fit {
+    seconds: f64,
+    steps: u64,
+    /// The xla backend's compile count at each epoch's end.
+    compiles_per_epoch: Vec<usize>,
+}
+
+impl Fit {
+    fn steps_per_second(&self) -> f64 {
+        self.steps as f64 / self.seconds
+    }
+}
+
+/// Trains `work` on device 0 of `A` at 32-true.
+fn fit<A: Accelerator>(work: &Workload) -> anyhow::Result<Fit> {
+    let options = TrainerOptions {
+        seed: Some(42),
+        max_epochs: Some(work.epochs),
+        limit_val_batches: Limit::Batches(0),
+        num_sanity_val_steps: Some(0),
+        enable_progress_bar: false,
+        enable_checkpointing: false,
+        enable_model_summary: false,
+        logger: Vec::new(),
+        ..TrainerOptions::default()
+    };
+    let per_epoch = Rc::new(RefCell::new(Vec::new()));
+    let plan = Plan::local(A::name(), Precision::F32True);
+    let mut trainer = Trainer::<A::Backend>::new::<A>(&plan, options)?
+        .with_callback(CompilesPerEpoch(per_epoch.clone()));
+    let mut data = DigitsData::new(DataConfig {
+        batch_size: work.batch,
+        ..DataConfig::default()
+    });
+    data.setup(Stage::Fit)?;
+    let config = ModelConfig {
+        hidden: work.hidden.clone(),
+        ..ModelConfig::default()
+    };
+    let model = DigitsModel::<A::Backend>::new(&config, trainer.device());
+    A::Backend::sync(trainer.device())?;
+    let start = Instant::now();
+    let out = trainer.fit(model, &mut data)?;
+    A::Backend::sync(trainer.device())?;
+    let seconds = start.elapsed().as_secs_f64();
+    let compiles_per_epoch = per_epoch.borrow().clone();
+    Ok(Fit {
+        seconds,
+        steps: out.global_step,
+        compiles_per_epoch,
+    })
+}
+
+/// Measures one workload; returns the medians of steps/s on xla and on cpu.
+fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64)> {
+    println!("{}", work.describe());
+    let before = stats();
+    let first = fit::<XlaAccelerator>(work)?;
+    let cold = stats() - before;
+    let epoch_one = first.compiles_per_epoch[0] - before.compiles;
+    let later = first.compiles_per_epoch.last().copied().unwrap_or(0) - first.compiles_per_epoch[0];
+    println!(
+        "  xla first fit: {} programs compiled in {:.2} s ({epoch_one} in epoch 1, {later} in the {} epochs after it), {:.0} steps/s",
+        cold.compiles,
+        cold.compile_seconds,
+        work.epochs - 1,
+        first.steps_per_second()
+    );
+    fit::<CpuAccelerator>(work)?;
+
+    let (mut xla, mut cpu) = (Vec::new(), Vec::new());
+    let mut counted = CacheStats::default();
+    let (mut xla_seconds, mut xla_steps) = (0.0, 0);
+    for round in 0..rounds {
+        // Alternate which side goes first, so neither always runs on a warmer cache.
+        let cpu_first = round % 2 == 1;
+        let early_cpu = if cpu_first {
+            Some(fit::<CpuAccelerator>(work)?)
+        } else {
+            None
+        };
+        let before = stats();
+        let x = fit::<XlaAccelerator>(work)?;
+        let during = stats() - before;
+        let c = match early_cpu {
+            Some(c) => c,
+            None => fit::<CpuAccelerator>(work)?,
+        };
+        ensure!(
+            x.steps == c.steps,
+            "xla trained {} steps, cpu {}",
+            x.steps,
+            c.steps
+        );
+        println!(
+            "  round {round}: xla {:.0} steps/s, cpu {:.0} steps/s ({} steps each)",
+            x.steps_per_second(),
+            c.steps_per_second(),
+            x.steps
+        );
+        counted = counted + during;
+        xla_seconds += x.seconds;
+        xla_steps += x.steps;
+        xla.push(x.steps_per_second());
+        cpu.push(c.steps_per_second());
+    }
+    print_breakdown(&counted, xla_seconds, xla_steps);
+    let (xla, cpu) = (median(xla), median(cpu));
+    println!(
+        "  median steps/s: xla {xla:.0}, cpu {cpu:.0}; xla/flex {:.2}x",
+        xla / cpu
+    );
+    Ok((xla, cpu))
+}
+
+/// Where the timed xla fits' steps spent their time.
+fn print_breakdown(counted: &CacheStats, seconds: f64, steps: u64) {
+    let per_step = |s: f64| s / steps as f64 * 1e3;
+    let step = per_step(seconds);
+    let record = per_step(counted.record_seconds);
+    let prepare = per_step(counted.prepare_seconds);
+    let execute = per_step(counted.execute_seconds);
+    let rest = step - record - prepare - execute - per_step(counted.compile_seconds);
+    println!(
+        "  xla timed fits: {} programs run, {} cache hits, {} compiles",
+        counted.executions, counted.hits, counted.compiles
+    );
+    println!(
+        "  xla step {step:.3} ms = recording {record:.3} + preparing {prepare:.3} + running {execute:.3} + the rest {rest:.3} (autodiff, router, Trainer, batches)"
+    );
+    println!(
+        "  xla host overhead (recording + preparing): {:.1}% of the step",
+        (record + prepare) / step * 100.0
+    );
+}
+
+fn main() -> anyhow::Result<()> {
+    let rounds = rounds(5);
+    ensure!(
+        XlaAccelerator::is_available(),
+        "xla: no PJRT plugin found; scripts/setup.sh caches XLA's CPU plugin"
+    );
+    let digits = Workload {
+        name: "digits",
+        hidden: ModelConfig::default().hidden,
+        batch: DataConfig::default().batch_size,
+        epochs: 20,
+    };
+    let wide = Workload {
+        name: "wide",
+        hidden: vec![1024, 1024],
+        batch: 256,
+        epochs: 10,
+    };
+    measure(&digits, rounds)?;
+    let (xla, cpu) = measure(&wide, rounds)?;
+    println!("xla/flex: {:.2}x", xla / cpu);
+    Ok(())
+}
