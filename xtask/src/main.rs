@@ -212,8 +212,8 @@ fn matrix() -> Vec<Row> {
         },
         Row {
             backend: "xla",
-            what: "build + unit, acceptance and digits tests on XLA's CPU plugin",
-            features: Some("ember-acceptance/tpu-xla,digits/tpu-xla"),
+            what: "build + unit, acceptance, digits and conv tests on XLA's CPU plugin",
+            features: Some("ember-acceptance/tpu-xla,digits/tpu-xla,convnet/tpu-xla"),
             envs: vec![],
         },
         Row {
