@@ -2,6 +2,7 @@
 
 pub mod func;
 pub mod lower;
+pub mod ops;
 pub mod types;
 
 pub use func::{Emitted, Function, Lifted, Scalars, Unsupported, Val};

@@ -4,7 +4,8 @@ use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{DType, Slice};
 use burn_ir::{BaseOperationIr, TensorIr};
 
-use crate::hlo::func::{Function, Unsupported, Val, list};
+use crate::hlo::func::{Function, Unsupported, Val};
+use crate::hlo::ops::list;
 
 /// Lowers one shared op; `kind` names the tensor kind for error messages.
 pub fn lower(f: &mut Function, op: &BaseOperationIr, kind: &str) -> Result<(), Unsupported> {

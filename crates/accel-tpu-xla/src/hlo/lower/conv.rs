@@ -2,8 +2,9 @@
 
 use burn_ir::TensorIr;
 
-use crate::hlo::func::{Function, Val, list};
+use crate::hlo::func::{Function, Val};
 use crate::hlo::lower::base::reverse;
+use crate::hlo::ops::list;
 
 /// A convolution's window: per spatial dim stride, padding (both sides), dilation; groups.
 pub struct Window {

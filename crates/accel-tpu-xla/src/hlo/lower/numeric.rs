@@ -315,7 +315,7 @@ fn cumulative(
     let body = f.scalar_body(combiner, x.dtype);
     let attrs = format!(
         "window_dimensions = array<i64{}>, padding = dense<[{}]> : tensor<{}x2xi64>",
-        crate::hlo::func::list(&dims),
+        crate::hlo::ops::list(&dims),
         padding.join(", "),
         x.rank()
     );
