@@ -121,6 +121,15 @@ flex_with!(
     &[Precision::F32True, Precision::F16Mixed]
 );
 
+/// A metric's value in `fit`'s report line (`trained … ; val_acc 0.9749; val_loss …`).
+pub fn reported(stdout: &str, metric: &str) -> Option<f64> {
+    stdout
+        .rsplit(&format!("; {metric} "))
+        .next()
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Whether OpenMPI's mpirun runs here; prints a skip message when it does not (the tests that
 /// start ranks return early then).
 pub fn mpirun_available() -> bool {

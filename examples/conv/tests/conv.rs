@@ -25,12 +25,7 @@ fn text(bytes: &[u8]) -> String {
 
 /// The value of `metric` in fit's report line (`...; val_acc 0.9861; ...`).
 fn reported(stdout: &str, metric: &str) -> f64 {
-    stdout
-        .rsplit(&format!("; {metric} "))
-        .next()
-        .and_then(|rest| rest.split(';').next())
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {metric} in {stdout}"))
+    ember_acceptance::reported(stdout, metric).unwrap_or_else(|| panic!("no {metric} in {stdout}"))
 }
 
 /// Fits with `args` in a fresh directory; returns the directory and fit's stdout.

@@ -39,11 +39,7 @@ fn fit_on_xla_reaches_97_percent() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let val_acc: f64 = stdout
-        .rsplit("; val_acc ")
-        .next()
-        .and_then(|rest| rest.split(';').next())
-        .and_then(|v| v.trim().parse().ok())
+    let val_acc = ember_acceptance::reported(&stdout, "val_acc")
         .unwrap_or_else(|| panic!("no val_acc in {stdout}"));
     assert!(val_acc >= 0.97, "val_acc {val_acc}: {stdout}");
 }

@@ -2,6 +2,8 @@
 
 use std::process::{Command, Output};
 
+use ember_acceptance::reported;
+
 /// Runs `digits` in an empty directory. Unless `env` says otherwise the machine is planned as
 /// CPU-only (`EMBER_INVENTORY=`), so the assertions hold on machines with GPUs or lavapipe too.
 fn digits(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -296,8 +298,8 @@ fn tch_cuda_is_planned_from_an_inventory_and_refused_without_a_gpu() {
 fn learned_in_3_epochs(dir: &std::path::Path, out: &Output, precision: &str, effective: &str) {
     assert!(out.status.success(), "{precision}: {}", stderr(out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let acc =
-        reported_val_acc(&stdout).unwrap_or_else(|| panic!("{precision}: no val_acc in {stdout}"));
+    let acc = reported(&stdout, "val_acc")
+        .unwrap_or_else(|| panic!("{precision}: no val_acc in {stdout}"));
     assert!(
         acc > 0.5,
         "{precision} should learn something in 3 epochs: {acc}"
@@ -314,15 +316,6 @@ fn learned_in_3_epochs(dir: &std::path::Path, out: &Output, precision: &str, eff
 fn fails_with(out: &Output, code: i32, needle: &str) {
     assert_eq!(out.status.code(), Some(code), "{}", stderr(out));
     assert!(stderr(out).contains(needle), "{}", stderr(out));
-}
-
-/// The validation accuracy in `fit`'s report line (`...; val_acc 0.9749; ...`).
-fn reported_val_acc(stdout: &str) -> Option<f64> {
-    stdout
-        .split("val_acc ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .and_then(|a| a.trim().parse().ok())
 }
 
 /// Runs `digits` in `dir` with a CPU-only inventory.
@@ -343,7 +336,7 @@ fn fit_trains_logs_and_checkpoints_then_test_reads_the_checkpoint() {
     assert!(out.status.success(), "{stdout}{}", stderr(&out));
     assert!(stderr(&out).contains("epoch 3/3"), "{}", stderr(&out));
     let last = stdout.lines().last().unwrap();
-    let acc = reported_val_acc(last).unwrap_or_else(|| panic!("no val_acc in {last}"));
+    let acc = reported(last, "val_acc").unwrap_or_else(|| panic!("no val_acc in {last}"));
     assert!(acc > 0.85, "3 epochs should already reach 85%: {last}");
     let version = dir.path().join("lightning_logs/version_0");
     let csv = std::fs::read_to_string(version.join("metrics.csv")).unwrap();

@@ -282,28 +282,25 @@ impl ser::SerializeMap for &mut Writer {
     }
 }
 
-impl ser::SerializeStruct for &mut Writer {
-    type Ok = ();
-    type Error = Never;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> Done {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        self.in_id = false;
-        Ok(())
-    }
+/// The serializers of named fields: their values in order. A struct's end also ends a
+/// `TensorId`'s scope.
+macro_rules! fields {
+    ($($trait:ident),*) => {
+        $(impl ser::$trait for &mut Writer {
+            type Ok = ();
+            type Error = Never;
+            fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> Done {
+                v.serialize(&mut **self)
+            }
+            fn end(self) -> Done {
+                self.in_id = false;
+                Ok(())
+            }
+        })*
+    };
 }
 
-impl ser::SerializeStructVariant for &mut Writer {
-    type Ok = ();
-    type Error = Never;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> Done {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
+fields!(SerializeStruct, SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {
