@@ -25,17 +25,13 @@ use crate::pjrt::{Buffer, Executable};
 /// program size.
 const MAX_OPS: usize = 20_000;
 
-/// A tensor on the device.
-struct Stored {
-    buffer: Buffer,
-}
-
 /// What one device's client holds: the ops since the last cut, the live device tensors, and
 /// the tensors that could not be made, with why.
 #[derive(Default)]
 struct State {
     ops: Vec<OperationIr>,
-    tensors: HashMap<TensorId, Stored>,
+    /// The device buffer of each live tensor.
+    tensors: HashMap<TensorId, Buffer>,
     failed: HashMap<TensorId, Failure>,
 }
 
@@ -180,12 +176,12 @@ impl XlaClient {
             .collect::<Result<Vec<_>, _>>()?;
         let mut args: Vec<&Buffer> = Vec::with_capacity(bound.inputs.len() + scalars.len());
         for id in &bound.inputs {
-            let stored = state.tensors.get(id).ok_or_else(|| {
+            let buffer = state.tensors.get(id).ok_or_else(|| {
                 fail(format!(
                     "xla: tensor {id} is read by a program but holds no data"
                 ))
             })?;
-            args.push(&stored.buffer);
+            args.push(buffer);
         }
         args.extend(scalars.iter());
         let running = Instant::now();
@@ -195,7 +191,7 @@ impl XlaClient {
             .map_err(|e| fail(e.to_string()))?;
         rt.record_cut(running - start - compiling, running.elapsed());
         for (id, buffer) in bound.outputs.iter().zip(outs) {
-            state.tensors.insert(*id, Stored { buffer });
+            state.tensors.insert(*id, buffer);
         }
         Ok(())
     }
@@ -216,7 +212,7 @@ impl XlaClient {
         };
         match self.upload(&data) {
             Ok(buffer) => {
-                state.tensors.insert(out.id, Stored { buffer });
+                state.tensors.insert(out.id, buffer);
             }
             Err(e) => panic!("xla: cannot upload a random tensor: {e}"),
         }
@@ -241,6 +237,24 @@ impl XlaClient {
         state.ops.push(op);
         state.ops.len() >= MAX_OPS
     }
+}
+
+/// A live tensor's values, copied to the host.
+fn download(state: &State, tensor: &TensorIr) -> Result<TensorData, ExecutionError> {
+    let buffer = state
+        .tensors
+        .get(&tensor.id)
+        .ok_or_else(|| fail(format!("xla: tensor {} holds no data", tensor.id)))?;
+    let ty = element_type(tensor.dtype).map_err(fail)?;
+    let mut bytes = vec![0u8; tensor.shape.num_elements() * ty.size()];
+    buffer
+        .download(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(TensorData::from_bytes_vec(
+        bytes,
+        tensor.shape.clone(),
+        tensor.dtype,
+    ))
 }
 
 /// One dtype's scalars as a 1-D tensor.
@@ -271,36 +285,16 @@ impl RunnerClient for XlaClient {
     }
 
     fn read_tensor_async(&self, tensor: TensorIr) -> DynFut<Result<TensorData, ExecutionError>> {
-        let result = (|| {
-            let mut state = self.state.lock().expect("xla state lock");
-            // A failure is kept with the tensors it concerns: this one's is reported below.
-            let _ = self.flush(&mut state);
-            if let Some(cause) = state.failed.get(&tensor.id) {
-                let e = fail(cause.to_string());
-                if tensor.status == TensorStatus::ReadWrite {
-                    state.free(&tensor.id);
-                }
-                return Err(e);
-            }
-            let stored = state
-                .tensors
-                .get(&tensor.id)
-                .ok_or_else(|| fail(format!("xla: tensor {} holds no data", tensor.id)))?;
-            let ty = element_type(tensor.dtype).map_err(fail)?;
-            let mut bytes = vec![0u8; tensor.shape.num_elements() * ty.size()];
-            stored
-                .buffer
-                .download(&mut bytes)
-                .map_err(|e| fail(e.to_string()))?;
-            if tensor.status == TensorStatus::ReadWrite {
-                state.free(&tensor.id);
-            }
-            Ok(TensorData::from_bytes_vec(
-                bytes,
-                tensor.shape.clone(),
-                tensor.dtype,
-            ))
-        })();
+        let mut state = self.state.lock().expect("xla state lock");
+        // A failure is kept with the tensors it concerns: this one's is reported below.
+        let _ = self.flush(&mut state);
+        let result = match state.failed.get(&tensor.id) {
+            Some(cause) => Err(fail(cause.to_string())),
+            None => download(&state, &tensor),
+        };
+        if tensor.status == TensorStatus::ReadWrite {
+            state.free(&tensor.id);
+        }
         Box::pin(async move { result })
     }
 
@@ -326,7 +320,7 @@ impl RunnerClient for XlaClient {
             .lock()
             .expect("xla state lock")
             .tensors
-            .insert(id, Stored { buffer });
+            .insert(id, buffer);
         RouterTensor::new(id, data.shape.clone(), data.dtype, self.clone())
     }
 

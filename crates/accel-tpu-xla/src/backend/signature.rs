@@ -85,6 +85,11 @@ impl Writer {
         Ok(())
     }
 
+    /// An enum variant: its index.
+    fn variant(&mut self, index: u32) -> Done {
+        self.put(&index.to_le_bytes())
+    }
+
     fn len(&mut self, len: usize) -> Done {
         self.put(&(len as u64).to_le_bytes())
     }
@@ -186,7 +191,7 @@ impl ser::Serializer for &mut Writer {
         Ok(())
     }
     fn serialize_unit_variant(self, _: &'static str, index: u32, _: &'static str) -> Done {
-        self.put(&index.to_le_bytes())
+        self.variant(index)
     }
     fn serialize_newtype_struct<T: ?Sized + Serialize>(self, _: &'static str, v: &T) -> Done {
         v.serialize(self)
@@ -198,7 +203,7 @@ impl ser::Serializer for &mut Writer {
         _: &'static str,
         v: &T,
     ) -> Done {
-        self.put(&index.to_le_bytes())?;
+        self.variant(index)?;
         if name == "ScalarIr" {
             // The value is set aside, not written: it may change from segment to segment.
             self.scalar_at = Some(v as *const T as *const u8 as usize);
@@ -222,7 +227,7 @@ impl ser::Serializer for &mut Writer {
         _: &'static str,
         _: usize,
     ) -> Result<Self, Never> {
-        self.put(&index.to_le_bytes())?;
+        self.variant(index)?;
         Ok(self)
     }
     fn serialize_map(self, len: Option<usize>) -> Result<Self, Never> {
@@ -240,7 +245,7 @@ impl ser::Serializer for &mut Writer {
         _: &'static str,
         _: usize,
     ) -> Result<Self, Never> {
-        self.put(&index.to_le_bytes())?;
+        self.variant(index)?;
         Ok(self)
     }
 }

@@ -45,19 +45,20 @@ pub struct Bound {
 impl Bound {
     /// What a freshly lowered segment passes and keeps.
     pub fn of(built: &Built) -> Bound {
-        let scalars = built.program.as_ref().map_or_else(Vec::new, |program| {
-            program
-                .scalars
-                .by_dtype
-                .iter()
-                .map(|(dtype, lifted)| (*dtype, lifted.iter().map(|l| l.value).collect()))
-                .collect()
-        });
+        let (inputs, scalars) = match &built.program {
+            Some(program) => (
+                program.inputs.clone(),
+                program
+                    .scalars
+                    .by_dtype
+                    .iter()
+                    .map(|(dtype, lifted)| (*dtype, lifted.iter().map(|l| l.value).collect()))
+                    .collect(),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
         Bound {
-            inputs: built
-                .program
-                .as_ref()
-                .map_or_else(Vec::new, |program| program.inputs.clone()),
+            inputs,
             scalars,
             outputs: built.outputs.clone(),
             freed: built.freed.clone(),
