@@ -121,6 +121,17 @@ flex_with!(
     &[Precision::F32True, Precision::F16Mixed]
 );
 
+/// Runs the binary at `program` with `args` in `dir`, planned as a CPU-only machine
+/// (`EMBER_INVENTORY=`), so the assertions hold on machines with GPUs or lavapipe too.
+pub fn run_cpu_only(program: &str, dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .env("EMBER_INVENTORY", "")
+        .output()
+        .expect("the binary runs")
+}
+
 /// A metric's value in `fit`'s report line (`trained … ; val_acc 0.9749; val_loss …`).
 pub fn reported(stdout: &str, metric: &str) -> Option<f64> {
     stdout

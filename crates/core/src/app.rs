@@ -137,8 +137,10 @@ where
 pub enum AppOutput {
     /// `fit`.
     Fit {
-        /// Optimizer steps.
+        /// Optimizer steps this fit took.
         steps: u64,
+        /// Optimizer steps in all, those before the checkpoint it resumed from included.
+        global_step: u64,
         /// Wall time of the fit loop.
         seconds: f64,
         /// The latest value of every metric.
@@ -203,7 +205,8 @@ impl<A: App> Job for AppJob<A> {
             Stage::Fit => {
                 let out = RunsWith::fit(&mut trainer, model, &mut data)?;
                 AppOutput::Fit {
-                    steps: out.global_step,
+                    steps: out.steps,
+                    global_step: out.global_step,
                     seconds: out.seconds,
                     metrics: out.metrics,
                     best_model_path: out.best_model_path,
@@ -220,7 +223,7 @@ impl<A: App> Job for AppJob<A> {
             }
         };
         if rank0 {
-            report(&output, &plan.accelerator)?;
+            report(&output, plan)?;
         }
         Ok(output)
     }
@@ -228,18 +231,27 @@ impl<A: App> Job for AppJob<A> {
 
 /// Prints what a run produced: fit's summary line, the metrics one per line, or the
 /// predictions one per line (a batch's list is spread over lines).
-fn report(output: &AppOutput, accelerator: &str) -> anyhow::Result<()> {
+fn report(output: &AppOutput, plan: &Plan) -> anyhow::Result<()> {
     match output {
         AppOutput::Fit {
             steps,
+            global_step,
             seconds,
             metrics,
             best_model_path,
         } => {
-            let mut line = format!(
-                "trained {steps} steps in {seconds:.2} s ({:.0} steps/s) on {accelerator}",
-                *steps as f64 / seconds
-            );
+            let mut line = format!("trained {steps} step{}", if *steps == 1 { "" } else { "s" });
+            if global_step != steps {
+                line.push_str(&format!(" (to global step {global_step})"));
+            }
+            line.push_str(&format!(
+                " in {seconds:.2} s ({:.0} steps/s) on {}",
+                *steps as f64 / seconds,
+                plan.accelerator
+            ));
+            if plan.world_size > 1 {
+                line.push_str(&format!(" ({} processes)", plan.world_size));
+            }
             for (name, value) in metrics {
                 line.push_str(&format!("; {name} {value:.4}"));
             }

@@ -1,6 +1,6 @@
 //! ModelCheckpoint: save checkpoints during `fit`, keeping the best `save_top_k` by a metric.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -45,14 +45,30 @@ impl Default for ModelCheckpointConfig {
 
 /// Saves checkpoints at the end of validation (or of the training epoch when there is no
 /// validation), keeping the `save_top_k` best by `monitor`.
-/// Everything but the config is its checkpointed state (Lightning's `state_dict`).
+/// Everything but the config and the rank is its checkpointed state (Lightning's `state_dict`).
+///
+/// A fit resumed from a checkpoint written in another folder (the usual case: each run has its
+/// own `version_N`) restores only `best_model_path`, as Lightning does: the top-k files, the best
+/// score and the last path belong to that folder, and rotating them would delete another run's
+/// checkpoints. It only ever deletes files in the folder it writes to.
 #[derive(Debug, Clone, serde::Serialize, Deserialize)]
 pub struct ModelCheckpoint {
     #[serde(skip)]
     config: ModelCheckpointConfig,
+    /// Whether this process reports (rank 0), known from `setup`.
+    #[serde(skip)]
+    is_global_zero: bool,
+    /// The folder this callback writes to, resolved at `setup` (Lightning's `dirpath`).
+    #[serde(default)]
+    dirpath: Option<PathBuf>,
     kept: Vec<(PathBuf, f64)>,
     last_saved_step: Option<u64>,
-    best: Option<(PathBuf, f64)>,
+    /// The best checkpoint so far (restored whatever folder it is in).
+    #[serde(default)]
+    best_model_path: Option<PathBuf>,
+    /// Its monitored value (restored only with the folder's other state).
+    #[serde(default)]
+    best_model_score: Option<f64>,
     /// The most recent checkpoint written.
     pub last_model_path: Option<PathBuf>,
 }
@@ -62,9 +78,12 @@ impl ModelCheckpoint {
     pub fn new(config: ModelCheckpointConfig) -> Self {
         Self {
             config,
+            is_global_zero: true,
+            dirpath: None,
             kept: Vec::new(),
             last_saved_step: None,
-            best: None,
+            best_model_path: None,
+            best_model_score: None,
             last_model_path: None,
         }
     }
@@ -76,7 +95,7 @@ impl ModelCheckpoint {
 
     /// The best monitored value so far.
     pub fn best_model_score(&self) -> Option<f64> {
-        self.best.as_ref().map(|(_, s)| *s)
+        self.best_model_score
     }
 
     fn dir(&self, state: &TrainerState) -> PathBuf {
@@ -155,6 +174,7 @@ impl ModelCheckpoint {
         }
         self.last_saved_step = Some(state.global_step);
         let dir = self.dir(state);
+        self.dirpath = Some(dir.clone());
         let score = match &self.config.monitor {
             Some(m) => *state.callback_metrics.get(m).ok_or_else(|| {
                 anyhow::anyhow!(
@@ -176,11 +196,11 @@ impl ModelCheckpoint {
                 evicted.push(self.kept.remove(i).0);
             }
             if self
-                .best
-                .as_ref()
-                .is_none_or(|(_, b)| mode.improves(score, *b, 0.0))
+                .best_model_score
+                .is_none_or(|b| mode.improves(score, b, 0.0))
             {
-                self.best = Some((path.clone(), score));
+                self.best_model_path = Some(path.clone());
+                self.best_model_score = Some(score);
             }
             self.last_model_path = Some(path.clone());
             // The checkpoint records this callback as it is after the save.
@@ -188,8 +208,9 @@ impl ModelCheckpoint {
                 ctx.record_own_state(self.state_key(), own);
             }
             ctx.save_checkpoint(&path)?;
-            for old in evicted {
-                ctx.remove_checkpoint(&old)?;
+            // Never another folder's file, whatever the restored state says.
+            for old in evicted.iter().filter(|old| old.parent() == Some(&dir)) {
+                ctx.remove_checkpoint(old)?;
             }
         }
         if self.config.save_last {
@@ -227,12 +248,35 @@ impl Callback for ModelCheckpoint {
         serde_json::to_value(self).ok()
     }
 
+    fn setup(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        self.is_global_zero = ctx.state.is_global_zero;
+        self.dirpath = Some(self.dir(ctx.state));
+        Ok(())
+    }
+
     fn load_state(&mut self, state: &serde_json::Value) -> anyhow::Result<()> {
         let saved: Self = serde_json::from_value(state.clone())?;
-        *self = Self {
-            config: self.config.clone(),
-            ..saved
+        let same_folder = match (&self.dirpath, &saved.dirpath) {
+            (Some(now), Some(then)) => same_dir(now, then),
+            _ => false,
         };
+        if same_folder {
+            *self = Self {
+                config: self.config.clone(),
+                is_global_zero: self.is_global_zero,
+                ..saved
+            };
+            return Ok(());
+        }
+        if self.is_global_zero {
+            tracing::warn!(
+                target: "ember",
+                "ModelCheckpoint: the checkpoint was written to {} and this run writes to {}: its top-k files, best score and last path are not restored (only best_model_path), and none of its files will be removed",
+                saved.dirpath.as_deref().map_or("an unrecorded folder".into(), |d| d.display().to_string()),
+                self.dirpath.as_deref().map_or("?".into(), |d| d.display().to_string()),
+            );
+        }
+        self.best_model_path = saved.best_model_path;
         Ok(())
     }
 
@@ -256,9 +300,17 @@ impl Callback for ModelCheckpoint {
     }
 
     fn best_model_path(&self) -> Option<PathBuf> {
-        self.best
-            .as_ref()
-            .map(|(p, _)| p.clone())
+        self.best_model_path
+            .clone()
             .or_else(|| self.last_model_path.clone())
+    }
+}
+
+/// Whether two spellings name one folder (relative paths are taken from the working
+/// directory; the folder need not exist yet).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::path::absolute(a), std::path::absolute(b)) {
+        (Ok(a), Ok(b)) => a.components().eq(b.components()),
+        _ => a == b,
     }
 }

@@ -96,7 +96,13 @@ fn best(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
     states
         .iter()
         .filter(|(key, _)| key.starts_with("ModelCheckpoint"))
-        .filter_map(|(_, state)| state["best"][0].as_str().map(PathBuf::from))
+        .filter_map(|(_, state)| {
+            // Older checkpoints kept the best as a `best` [path, score] pair.
+            state["best_model_path"]
+                .as_str()
+                .or_else(|| state["best"][0].as_str())
+                .map(PathBuf::from)
+        })
         .find(|path| path.is_file())
         .with_context(|| {
             format!(

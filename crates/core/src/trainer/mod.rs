@@ -63,8 +63,10 @@ type Inner<B> = <B as AutodiffBackend>::InnerBackend;
 pub struct FitOutcome<M> {
     /// The trained model.
     pub model: M,
-    /// Optimizer steps taken.
+    /// Optimizer steps taken in all, the resumed checkpoint's included.
     pub global_step: u64,
+    /// Optimizer steps this fit took (`global_step` less the step it resumed from).
+    pub steps: u64,
     /// Epochs run (the last one possibly cut short).
     pub epochs: u64,
     /// Wall time of the fit loop, sanity check included.

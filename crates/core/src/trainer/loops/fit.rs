@@ -262,6 +262,7 @@ where
         Bt: BatcherFor<B, I, M>,
     {
         let started = Instant::now();
+        let first_step = self.run.state.global_step;
         let mut train = train.clone();
         if self.schedule.unshuffled {
             train.shuffle = false;
@@ -304,6 +305,7 @@ where
         Ok(FitOutcome {
             model: self.opt.model,
             global_step: run.state.global_step,
+            steps: run.state.global_step - first_step,
             epochs: self.position.epoch,
             seconds: started.elapsed().as_secs_f64(),
             metrics: run.state.callback_metrics.clone(),
