@@ -31,6 +31,7 @@ compile_error!(
 
 mod backend;
 mod layout;
+mod nest;
 mod qtensor;
 mod strided_index;
 mod tensor;

@@ -6,6 +6,7 @@ use burn_std::{Bytes, Shape, bf16, f16};
 
 use crate::FlexTensor;
 use crate::layout::Layout;
+use crate::nest::ZipNest;
 use crate::strided_index::StridedIter;
 
 #[cfg(feature = "simd")]
@@ -365,6 +366,19 @@ where
         return lhs;
     }
 
+    // In place with a strided rhs (broadcast, permuted): lhs unique and dense from 0, so each
+    // inner run of the joint loop nest is a slice of lhs's storage.
+    if lhs.is_unique()
+        && lhs
+            .layout()
+            .contiguous_offsets()
+            .is_some_and(|(start, _)| start == 0)
+        && let Some(nest) = ZipNest::new(lhs.layout(), rhs.layout())
+    {
+        nest.assign(lhs.storage_mut(), rhs_storage, op);
+        return lhs;
+    }
+
     // Allocating path
     let shape = lhs.layout().shape().clone();
     let dtype = lhs.dtype();
@@ -388,15 +402,18 @@ where
         _ if lhs.layout().num_dims() == 2 => {
             apply_2d_strided(lhs_storage, rhs_storage, lhs.layout(), rhs.layout(), op)
         }
-        // General fallback
-        _ => {
-            let lhs_iter = StridedIter::new(lhs.layout());
-            let rhs_iter = StridedIter::new(rhs.layout());
-            lhs_iter
-                .zip(rhs_iter)
-                .map(|(li, ri)| op(lhs_storage[li], rhs_storage[ri]))
-                .collect()
-        }
+        // General case: run by run through the joint loop nest of both layouts
+        _ => match ZipNest::new(lhs.layout(), rhs.layout()) {
+            Some(nest) => nest.map(lhs_storage, rhs_storage, op),
+            None => {
+                let lhs_iter = StridedIter::new(lhs.layout());
+                let rhs_iter = StridedIter::new(rhs.layout());
+                lhs_iter
+                    .zip(rhs_iter)
+                    .map(|(li, ri)| op(lhs_storage[li], rhs_storage[ri]))
+                    .collect()
+            }
+        },
     };
 
     make_tensor(result, shape, dtype)
