@@ -207,6 +207,33 @@ fn odometer<const K: usize>(
     }
 }
 
+/// Appends a strided layout whose inner stride is 1 to `dst` in row-major order, one
+/// contiguous run at a time (`shape` and `strides` collapsed as `collapse_for_copy` leaves
+/// them: 1 to [`MAX_RANK`] dimensions).
+pub(crate) fn copy_runs<E: Copy>(
+    dst: &mut Vec<E>,
+    src: &[E],
+    offset: usize,
+    shape: &[usize],
+    strides: &[isize],
+) {
+    debug_assert_eq!(strides.last(), Some(&1), "copy_runs: inner stride is not 1");
+    if shape.contains(&0) {
+        return;
+    }
+    let outer = shape.len() - 1;
+    let n = shape[outer];
+    odometer(
+        &shape[..outer],
+        [&strides[..outer]],
+        [offset as isize],
+        |[s]| {
+            let s = s as usize;
+            dst.extend_from_slice(&src[s..s + n]);
+        },
+    );
+}
+
 #[cfg(test)]
 mod tests {
     //! The nest against the unpatched path: every result equals, bitwise, the element-by-element
@@ -320,6 +347,25 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn to_contiguous_equals_the_strided_walk() {
+        let cases = [
+            // BatchNorm's `swap_dims(0, 1)` before its reshape to [C, N*H*W].
+            tensor(&[4, 3, 5, 6], 1.0).permute(&[1, 0, 2, 3]),
+            tensor(&[2, 4, 3, 3, 2], 1.0).permute(&[0, 2, 1, 3, 4]),
+            tensor(&[3, 4, 9], 1.0).narrow(2, 1, 7).narrow(0, 1, 2),
+            tensor(&[2, 3, 4, 5], 1.0).permute(&[2, 0, 3, 1]),
+            flip(tensor(&[3, 4, 5], 1.0), &[1]),
+            tensor(&[3, 0, 5], 1.0).permute(&[1, 0, 2]),
+        ];
+        for t in cases {
+            let copy = t.to_contiguous();
+            assert!(copy.is_contiguous());
+            assert_eq!(copy.layout().shape(), t.layout().shape());
+            assert_eq!(copy.storage::<f32>(), values::<f32>(&t).as_slice());
         }
     }
 }

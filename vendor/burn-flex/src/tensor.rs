@@ -377,6 +377,14 @@ impl FlexTensor {
             copy_2d_tiled(
                 &mut dst, src, offset, shape[0], shape[1], strides[0], strides[1],
             );
+        } else if all_positive
+            && self.layout.num_dims() <= crate::nest::MAX_RANK
+            && strides.last() == Some(&1)
+        {
+            // ND layouts with a contiguous inner run (e.g. BatchNorm's
+            // `swap_dims(0, 1)` of NCHW, which collapses to
+            // `[C, N, H*W]`): one slice copy per run.
+            crate::nest::copy_runs(&mut dst, src, offset as usize, shape, strides);
         } else {
             // General fallback: covers negative strides (flipped
             // tensors) and ND layouts that can't collapse to ≤2D.
