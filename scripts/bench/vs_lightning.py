@@ -1,13 +1,19 @@
-"""The PyTorch side of `cargo xtask bench vs-lightning` and of the GPU benchmark
-(examples/digits/benches/gpu.rs): one run of the digits task by a hand-written PyTorch loop
-(`torch-hand`) or by PyTorch Lightning's Trainer (`lightning`).
+"""The PyTorch side of `cargo xtask bench vs-lightning`, `cargo xtask bench models` and the GPU
+benchmark (examples/digits/benches/gpu.rs): one run of a digits task by a hand-written PyTorch
+loop (`torch-hand`) or by PyTorch Lightning's Trainer (`lightning`).
 
     python vs_lightning.py torch-hand|lightning DATA_DIR HIDDEN BATCH EPOCHS [--no-val]
         [--device cpu|cuda] [--precision 32-true|bf16-mixed]
+        [--model mlp|cnn] [--lr LR] [--lr-decay FACTOR]
+
+`--model mlp` (the default) is the digits MLP with hidden widths HIDDEN, e.g. 256,256;
+`--model cnn` is the conv example's CNN (HIDDEN is its two channel counts, e.g. 16,32): conv
+3x3 pad 1, batch norm, ReLU, twice, a 2x2 max pool, dropout 0.25, a linear classifier. Adam at
+`--lr` (default 1e-3), multiplied by `--lr-decay` after every epoch (default 1: constant).
 
 DATA_DIR holds the split the Rust side wrote (train_x.f32, train_y.u8, val_x.f32, val_y.u8:
 little-endian, pixels already scaled to 0..1), so every contender trains on the same 80/20
-split. HIDDEN is the hidden widths, e.g. 256,256. The last line printed is one JSON object:
+split. The last line printed is one JSON object:
 steps, train_s (fit time less validation time, as the Rust contenders measure it), val_acc.
 Threads: torch.set_num_threads(2), the same two threads every contender gets.
 
@@ -28,7 +34,6 @@ from torch import nn
 
 THREADS = 2
 SEED = 42
-LR = 1e-3
 
 
 def load(data_dir):
@@ -52,6 +57,23 @@ def mlp(hidden):
     return nn.Sequential(*layers)
 
 
+def cnn(channels):
+    c1, c2 = channels
+
+    def block(c_in, c_out):
+        return [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU()]
+
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 8, 8)),
+        *block(1, c1),
+        *block(c1, c2),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.25),
+        nn.Linear(c2 * 4 * 4, 10),
+    )
+
+
 def accuracy(model, x, y):
     with torch.no_grad():
         return (model(x).argmax(1) == y).float().mean().item()
@@ -62,10 +84,11 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-def torch_hand(data, hidden, batch, epochs, validate, device, precision):
+def torch_hand(data, build, batch, epochs, validate, device, precision, lr, decay):
     train_x, train_y, val_x, val_y = data
-    model = mlp(hidden).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    model = build().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=decay)
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(SEED)
     mixed = precision == "bf16-mixed"
@@ -83,6 +106,7 @@ def torch_hand(data, hidden, batch, epochs, validate, device, precision):
             loss.backward()
             optimizer.step()
             steps += 1
+        scheduler.step()
         if validate:
             v = time.perf_counter()
             model.eval()
@@ -96,7 +120,7 @@ def torch_hand(data, hidden, batch, epochs, validate, device, precision):
     return steps - first, total - val_s, val_acc
 
 
-def lightning_fit(data, hidden, batch, epochs, validate, device, precision):
+def lightning_fit(data, build, batch, epochs, validate, device, precision, lr, decay):
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -105,23 +129,25 @@ def lightning_fit(data, hidden, batch, epochs, validate, device, precision):
     class Digits(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.mlp = mlp(hidden)
+            self.net = build()
             self.loss = nn.CrossEntropyLoss()
 
         def training_step(self, b, _):
             x, y = b
-            loss = self.loss(self.mlp(x), y)
+            loss = self.loss(self.net(x), y)
             self.log("train_loss", loss)
             return loss
 
         def validation_step(self, b, _):
             x, y = b
-            logits = self.mlp(x)
+            logits = self.net(x)
             self.log("val_loss", self.loss(logits, y))
             self.log("val_acc", (logits.argmax(1) == y).float().mean())
 
         def configure_optimizers(self):
-            return torch.optim.Adam(self.parameters(), lr=LR)
+            optimizer = torch.optim.Adam(self.parameters(), lr=lr)
+            scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=decay)
+            return [optimizer], [scheduler]
 
     class ValClock(L.Callback):
         """Time spent validating (the sanity check included), to leave out of train_s."""
@@ -183,10 +209,13 @@ def main():
     device, precision = option("--device", "cpu"), option("--precision", "32-true")
     torch.set_num_threads(THREADS)
     torch.manual_seed(SEED)
-    hidden = [int(h) for h in hidden.split(",")]
+    widths = [int(h) for h in hidden.split(",")]
+    model = option("--model", "mlp")
+    build = {"mlp": lambda: mlp(widths), "cnn": lambda: cnn(widths)}[model]
+    lr, decay = float(option("--lr", "1e-3")), float(option("--lr-decay", "1"))
     run = {"torch-hand": torch_hand, "lightning": lightning_fit}[contender]
     steps, train_s, val_acc = run(
-        load(data_dir), hidden, int(batch), int(epochs), validate, device, precision
+        load(data_dir), build, int(batch), int(epochs), validate, device, precision, lr, decay
     )
     val_acc = None if val_acc != val_acc else val_acc  # NaN (no validation) is JSON's null
     print(json.dumps({"steps": steps, "train_s": train_s, "val_acc": val_acc}))

@@ -30,6 +30,8 @@ cargo xtask <task>
   bench sharded [ROUNDS]        ddp_sharded vs ddp: optimizer state, peak RSS, samples/s (2 ranks)
   bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
                      Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
+  bench models [ROUNDS]         the digits MLP and the conv CNN by ember (cpu, tch-cpu, xla), a
+                     burn loop, a torch loop and Lightning; ember(cpu)/Lightning (the torch venv)
   bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu on digits and a
                      wide MLP: steps/s, compiles, cache hits, host overhead per step
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
@@ -334,6 +336,21 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 setup(true) && run_in("cargo", &cargo, &[], &torch_env())
             }
+            Some(&"models") => {
+                // Every CPU-capable accelerator built in: tch-cpu (the torch venv) and xla.
+                let mut cargo = vec![
+                    "bench",
+                    "-p",
+                    "convnet",
+                    "--features",
+                    "tch,tpu-xla",
+                    "--bench",
+                    "models",
+                    "--",
+                ];
+                cargo.extend(&rest[1..]);
+                setup(true) && run_in("cargo", &cargo, &[], &torch_env())
+            }
             Some(&"xla") => {
                 let mut cargo = vec![
                     "bench",
@@ -362,7 +379,7 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, models"
                 );
                 false
             }

@@ -1,0 +1,392 @@
+//! ember against what users would otherwise run, on the models users train: the digits MLP
+//! (64-256-256-10, Adam 1e-3, 30 epochs) and the conv example's CNN (conv-bn-relu ×2, max pool,
+//! dropout, linear; Adam 3e-3 ×0.9 per epoch, 15 epochs), batch 64, validation every epoch, the
+//! same 80/20 split, by
+//! (a) ember on its default `cpu` accelerator (burn-flex), (b) ember on every other CPU-capable
+//! accelerator built in (`tch-cpu` with the `tch` feature, `xla` with `tpu-xla`), (c) a
+//! hand-written burn loop on burn-flex, (d) a hand-written PyTorch loop and (e) PyTorch
+//! Lightning's Trainer (default callbacks and logger; progress bar off). Each contender is a
+//! process of its own with 2 threads; the order rotates every round. The weights start from
+//! each framework's default initialisation, which is the same scheme (uniform in
+//! ±1/√fan_in for linear and conv weights and biases, batch norm at 1 and 0).
+//!
+//! `cargo xtask bench models [ROUNDS]` (the torch venv: scripts/setup.sh --torch). Train
+//! steps/s is optimizer steps over the fit's time less its validation time (the sanity check
+//! included), measured inside each process the same way; wall time and peak RSS are the whole
+//! process's, start-up included. The last line is `ember(cpu)/Lightning: mlp X.XXx, cnn X.XXx,
+//! transformer —` (train steps/s, medians); the transformer row waits for its example
+//! (issue 31).
+//!
+//! The same binary is each Rust contender: `models contender NAME MODEL` prints one JSON line.
+
+#[path = "../../digits/benches/common/rounds.rs"]
+mod rounds;
+#[path = "../../digits/benches/common/split.rs"]
+mod split;
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::rc::Rc;
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn_autodiff::Autodiff;
+use burn_flex::{Flex, FlexDevice};
+use convnet::{ConvConfig, ConvNet};
+use digits::data::{DigitsBatch, DigitsData, batch_of};
+use digits::model::{DigitsModel, ModelConfig, loss_and_accuracy};
+use digits::train::{DataConfig, fit_by_hand};
+use ember::callbacks::{Callback, CallbackContext};
+use ember::{Accelerator, Plan, Precision, Trainer, TrainerOptions, epoch_permutation};
+use ember_acceptance::process::run_measured;
+use rounds::{median, rounds};
+
+const THREADS: &str = "2";
+const SEED: u64 = 42;
+
+/// A model of the comparison and how it is trained.
+#[derive(Clone, Copy)]
+struct Model {
+    name: &'static str,
+    /// The Python side's `--model` and HIDDEN (widths, or the CNN's channels).
+    python: (&'static str, &'static str),
+    epochs: usize,
+    lr: f64,
+    lr_decay: f64,
+}
+
+const MLP: Model = Model {
+    name: "mlp",
+    python: ("mlp", "256,256"),
+    epochs: 30,
+    lr: 1e-3,
+    lr_decay: 1.0,
+};
+
+const CNN: Model = Model {
+    name: "cnn",
+    python: ("cnn", "16,32"),
+    epochs: 15,
+    lr: 3e-3,
+    lr_decay: 0.9,
+};
+
+const BATCH: usize = 64;
+
+fn model_named(name: &str) -> anyhow::Result<Model> {
+    [MLP, CNN]
+        .into_iter()
+        .find(|m| m.name == name)
+        .ok_or_else(|| anyhow::anyhow!("unknown model {name}: mlp or cnn"))
+}
+
+/// The contenders built into this binary, in the order of the table.
+fn contenders() -> Vec<&'static str> {
+    let mut names = vec!["ember"];
+    if cfg!(feature = "tch") {
+        names.push("ember-tch-cpu");
+    }
+    if cfg!(feature = "tpu-xla") {
+        names.push("ember-xla");
+    }
+    names.extend(["burn-hand", "torch-hand", "lightning"]);
+    names
+}
+
+/// What one contender's process reported and cost.
+struct Run {
+    steps_per_s: f64,
+    val_acc: f64,
+    wall_s: f64,
+    peak_rss: u64,
+}
+
+// ---- the contenders (inside their own process) ----
+
+/// Time spent validating, which the train time leaves out (Lightning's side does the same).
+struct ValClock {
+    started: Option<Instant>,
+    seconds: Rc<Cell<f64>>,
+}
+
+impl Callback for ValClock {
+    fn name(&self) -> &str {
+        "ValClock"
+    }
+
+    fn on_validation_start(&mut self, _ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        self.started = Some(Instant::now());
+        Ok(())
+    }
+
+    fn on_validation_end(&mut self, _ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        if let Some(started) = self.started.take() {
+            self.seconds
+                .set(self.seconds.get() + started.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+}
+
+/// A Trainer fit on accelerator `A` with the defaults a user gets (checkpointing, CSV logger,
+/// sanity check), progress bar off; returns steps, train seconds and the final val_acc.
+fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
+    let root = tempfile::tempdir()?;
+    let options = TrainerOptions {
+        seed: Some(SEED),
+        max_epochs: Some(model.epochs as u64),
+        enable_progress_bar: false,
+        default_root_dir: root.path().to_owned(),
+        ..TrainerOptions::default()
+    };
+    let val_seconds = Rc::new(Cell::new(0.0));
+    let plan = Plan::local(A::name(), Precision::F32True);
+    let mut trainer = Trainer::<A::Backend>::new::<A>(&plan, options)?.with_callback(ValClock {
+        started: None,
+        seconds: val_seconds.clone(),
+    });
+    let mut data = DigitsData::new(data_config());
+    let val_acc = |metrics: &std::collections::BTreeMap<String, f64>| {
+        metrics.get("val_acc").copied().unwrap_or(f64::NAN)
+    };
+    let (steps, val_acc, seconds) = if model.name == "mlp" {
+        let net = DigitsModel::<A::Backend>::new(&ModelConfig::default(), trainer.device());
+        let start = Instant::now();
+        let out = trainer.fit(net, &mut data)?;
+        (out.global_step, val_acc(&out.metrics), start.elapsed())
+    } else {
+        // The CNN's optimizer reads its rate and decay from the `model` hyperparameters.
+        trainer = trainer.with_hparams(serde_json::json!({"model": conv_config(model)}));
+        let net = ConvNet::<A::Backend>::new(&conv_config(model), trainer.device());
+        let start = Instant::now();
+        let out = trainer.fit(net, &mut data)?;
+        (out.global_step, val_acc(&out.metrics), start.elapsed())
+    };
+    let train_s = seconds.as_secs_f64() - val_seconds.get();
+    Ok((steps, train_s, val_acc))
+}
+
+fn data_config() -> DataConfig {
+    DataConfig {
+        batch_size: BATCH,
+        ..DataConfig::default()
+    }
+}
+
+fn conv_config(model: Model) -> ConvConfig {
+    ConvConfig {
+        lr: model.lr,
+        lr_decay: model.lr_decay,
+        ..ConvConfig::default()
+    }
+}
+
+/// The CNN trained by a hand-written burn loop: the epochs' shuffles of ember's seed, Adam,
+/// the rate decayed after every epoch, validation accuracy after every epoch.
+fn cnn_by_hand<B: AutodiffBackend>(
+    device: &B::Device,
+    model: Model,
+) -> anyhow::Result<(u64, f64, f64)> {
+    let config = data_config();
+    let (train, val) = config.load()?;
+    ember::host_float::set_flush_denormal_everywhere(true);
+    B::seed(device, config.seed);
+    let mut net = ConvNet::<B>::new(&conv_config(model), device);
+    let mut optimizer = AdamConfig::new().init::<B, ConvNet<B>>();
+    let (mut steps, mut val_s, mut val_acc, mut lr) = (0, 0.0, f64::NAN, model.lr);
+    let accuracy = |batch: DigitsBatch<B::InnerBackend>, net: &ConvNet<B::InnerBackend>| {
+        let (_, acc) = loss_and_accuracy(net.forward(batch.images), batch.labels);
+        acc.into_scalar().elem::<f64>()
+    };
+    let start = Instant::now();
+    for epoch in 0..model.epochs {
+        let order = epoch_permutation(train.len(), config.seed, epoch as u64);
+        for indices in order.chunks(config.batch_size) {
+            let batch = batch_of::<B>(&train, indices, device);
+            let (loss, _) = loss_and_accuracy(net.forward(batch.images), batch.labels);
+            let grads = GradientsParams::from_grads(loss.backward(), &net);
+            net = optimizer.step(lr, net, grads);
+            let _ = loss.into_scalar();
+            steps += 1;
+        }
+        lr *= model.lr_decay;
+        let validating = Instant::now();
+        let all: Vec<usize> = (0..val.len()).collect();
+        val_acc = accuracy(
+            batch_of::<B::InnerBackend>(&val, &all, device),
+            &net.valid(),
+        );
+        val_s += validating.elapsed().as_secs_f64();
+    }
+    Ok((steps, start.elapsed().as_secs_f64() - val_s, val_acc))
+}
+
+/// Runs contender `name` on `model` here and prints its JSON line.
+fn contender(name: &str, model: Model) -> anyhow::Result<()> {
+    type Cpu = ember::cpu::CpuAccelerator;
+    let (steps, train_s, val_acc) = match (name, model.name) {
+        ("ember", _) => ember_fit::<Cpu>(model)?,
+        #[cfg(feature = "tch")]
+        ("ember-tch-cpu", _) => ember_fit::<ember::tch::TchCpuAccelerator>(model)?,
+        #[cfg(feature = "tpu-xla")]
+        ("ember-xla", _) => ember_fit::<ember::xla::XlaAccelerator>(model)?,
+        ("burn-hand", "mlp") => {
+            let config = ModelConfig::default();
+            let (_, report) = fit_by_hand::<Autodiff<Flex>>(
+                &FlexDevice,
+                &config,
+                &data_config(),
+                model.epochs,
+                |_, _| {},
+            )?;
+            let val_acc = report.val_accuracy.last().copied().unwrap_or(f64::NAN);
+            (
+                report.steps as u64,
+                report.seconds - report.val_seconds,
+                val_acc,
+            )
+        }
+        ("burn-hand", _) => cnn_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
+        (other, _) => anyhow::bail!("unknown contender {other}"),
+    };
+    let report = serde_json::json!({"steps": steps, "train_s": train_s, "val_acc": val_acc});
+    println!("{report}");
+    Ok(())
+}
+
+// ---- the driver ----
+
+/// The venv's python (`VIRTUAL_ENV`, which `cargo xtask` sets to the pinned venv).
+fn python() -> anyhow::Result<PathBuf> {
+    let venv = std::env::var_os("VIRTUAL_ENV").ok_or_else(|| {
+        anyhow::anyhow!("VIRTUAL_ENV is not set: run `cargo xtask bench models`, which installs and uses the pinned torch venv")
+    })?;
+    Ok(PathBuf::from(venv).join("bin/python"))
+}
+
+/// The command that runs contender `name` on `model`.
+fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
+    let mut command = match name {
+        "torch-hand" | "lightning" => {
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../scripts/bench/vs_lightning.py"
+            );
+            let (kind, widths) = model.python;
+            let mut c = Command::new(python()?);
+            c.arg(script).arg(name).arg(data).arg(widths);
+            c.args([BATCH.to_string(), model.epochs.to_string()]);
+            c.args(["--model", kind, "--lr", &model.lr.to_string()]);
+            c.args(["--lr-decay", &model.lr_decay.to_string()]);
+            c
+        }
+        _ => {
+            let mut c = Command::new(std::env::current_exe()?);
+            c.args(["contender", name, model.name]);
+            c
+        }
+    };
+    // Two threads in all for every contender: rayon's pool for burn-flex, LibTorch's intra-op
+    // pool (ember sets it from RAYON_NUM_THREADS; the script calls torch.set_num_threads),
+    // OpenMP's for torch's own, and XLA CPU's (PJRT_NPROC).
+    command
+        .env("RAYON_NUM_THREADS", THREADS)
+        .env("OMP_NUM_THREADS", THREADS)
+        .env("PJRT_NPROC", THREADS)
+        .env_remove("RUST_LOG");
+    Ok(command)
+}
+
+fn measure(name: &str, model: Model, data: &Path) -> anyhow::Result<Run> {
+    let start = Instant::now();
+    let (stdout, stderr, peak_rss) =
+        run_measured(command(name, model, data)?).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let wall_s = start.elapsed().as_secs_f64();
+    let line = stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(line)
+        .map_err(|e| anyhow::anyhow!("{name} printed no report ({e}): {stdout}{stderr}"))?;
+    let steps = report["steps"].as_f64().unwrap_or(0.0);
+    let train_s = report["train_s"].as_f64().unwrap_or(f64::NAN);
+    Ok(Run {
+        steps_per_s: steps / train_s,
+        val_acc: report["val_acc"].as_f64().unwrap_or(f64::NAN),
+        wall_s,
+        peak_rss,
+    })
+}
+
+/// Runs every contender on `model` `rounds` times, rotating which goes first; prints the table
+/// and returns each contender's median train steps/s.
+fn compare(names: &[&str], model: Model, data: &Path, rounds: usize) -> anyhow::Result<Vec<f64>> {
+    let mut runs: Vec<Vec<Run>> = names.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for k in 0..names.len() {
+            let i = (round + k) % names.len();
+            let run = measure(names[i], model, data)?;
+            eprintln!(
+                "{} round {round}: {:<14} {:>7.1} steps/s  val_acc {:.4}  wall {:.2} s",
+                model.name, names[i], run.steps_per_s, run.val_acc, run.wall_s
+            );
+            runs[i].push(run);
+        }
+    }
+    println!(
+        "{:<14} {:>14} {:>15} {:>8} {:>7} {:>9}",
+        "contender", "train steps/s", "(range)", "val_acc", "wall s", "peak RSS"
+    );
+    let mut medians = Vec::new();
+    for (name, runs) in names.iter().zip(&runs) {
+        let of = |f: fn(&Run) -> f64| runs.iter().map(f).collect::<Vec<_>>();
+        let sps = of(|r| r.steps_per_s);
+        let lo = sps.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = sps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        medians.push(median(sps.clone()));
+        println!(
+            "{name:<14} {:>14.1} {:>15} {:>8.4} {:>7.2} {:>6.0} MB",
+            median(sps),
+            format!("({lo:.1}-{hi:.1})"),
+            median(of(|r| r.val_acc)),
+            median(of(|r| r.wall_s)),
+            median(of(|r| r.peak_rss as f64)) / 1e6,
+        );
+    }
+    Ok(medians)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [first, name, model] = args.as_slice()
+        && first == "contender"
+    {
+        return contender(name, model_named(model)?);
+    }
+    let rounds = rounds(3);
+    let data = tempfile::tempdir()?;
+    split::write_split(&data_config(), data.path())?;
+    let names = contenders();
+    // A first untimed run of each warms the page cache (libraries, Python's modules).
+    let warm = Model { epochs: 1, ..MLP };
+    for name in &names {
+        measure(name, warm, data.path())?;
+    }
+    let lightning = names.len() - 1;
+    let mut ratios = Vec::new();
+    for model in [MLP, CNN] {
+        println!(
+            "\n{}: {} epochs, batch {BATCH}, Adam {} (x{} per epoch), validation every epoch; {THREADS} threads each; {rounds} rounds",
+            model.name, model.epochs, model.lr, model.lr_decay
+        );
+        let medians = compare(&names, model, data.path(), rounds)?;
+        ratios.push(format!(
+            "{} {:.2}x",
+            model.name,
+            medians[0] / medians[lightning]
+        ));
+    }
+    println!("ember(cpu)/Lightning: {}, transformer —", ratios.join(", "));
+    Ok(())
+}
