@@ -17,6 +17,7 @@ pub use ember_plan::{
 pub mod callbacks;
 pub mod checkpoint_io;
 pub mod cli;
+pub mod host_alloc;
 pub mod host_float;
 pub mod job;
 pub mod loggers;

@@ -197,6 +197,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         // Before the backend is seeded and the model initialised, as a hand-written loop
         // that sets the mode first does.
         crate::host_float::set_flush_denormal_everywhere(strategy.parts().plan.flush_denormal);
+        crate::host_alloc::keep_freed_buffers();
         let seed = options
             .seed
             .unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
