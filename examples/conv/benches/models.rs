@@ -1,7 +1,9 @@
 //! ember against what users would otherwise run, on the models users train: the digits MLP
 //! (64-256-256-10, Adam 1e-3, 30 epochs) and the conv example's CNN (conv-bn-relu ×2, max pool,
-//! dropout, linear; Adam 3e-3 ×0.9 per epoch, 15 epochs), batch 64, validation every epoch, the
-//! same 80/20 split, by
+//! dropout, linear; Adam 3e-3 ×0.9 per epoch, 15 epochs), batch 64, on the same 80/20 split;
+//! and the transformer example's character-level model at its defaults (2 blocks of width 64,
+//! context 64, batch 32, AdamW with warm-up and cosine decay, gradient clipping; 2 epochs) on the
+//! same windows of its corpus; validation every epoch; by
 //! (a) ember on its default `cpu` accelerator (burn-flex), (b) ember on every other CPU-capable
 //! accelerator built in (`tch-cpu` with the `tch` feature, `xla` with `tpu-xla`), (c) a
 //! hand-written burn loop on burn-flex, (d) a hand-written PyTorch loop and (e) PyTorch
@@ -13,9 +15,11 @@
 //! `cargo xtask bench models [ROUNDS]` (the torch venv: scripts/setup.sh --torch). Train
 //! steps/s is optimizer steps over the fit's time less its validation time (the sanity check
 //! included), measured inside each process the same way; wall time and peak RSS are the whole
-//! process's, start-up included. The last line is `ember(cpu)/Lightning: mlp X.XXx, cnn X.XXx,
-//! transformer —` (train steps/s, medians); the transformer row waits for its example
-//! (issue 31).
+//! process's, start-up included; the metric is val_acc (MLP, CNN) or val_loss (transformer).
+//! The last line is `ember(cpu)/Lightning: mlp X.XXx, cnn X.XXx, transformer X.XXx` (train
+//! steps/s, medians). The PyTorch sides are scripts/bench/vs_lightning.py and char_lm.py;
+//! torch's `nn.MultiheadAttention` initialises its projections with Xavier, burn's with its
+//! linear default, the one difference in the initial-weight schemes.
 //!
 //! The same binary is each Rust contender: `models contender NAME MODEL` prints one JSON line.
 
@@ -25,13 +29,17 @@ mod rounds;
 mod split;
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::rc::Rc;
 use std::time::Instant;
 
+use burn::data::dataloader::batcher::Batcher;
+use burn::grad_clipping::GradientClippingConfig;
 use burn::module::AutodiffModule;
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::optim::lr_scheduler::LrScheduler as _;
+use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
@@ -44,6 +52,8 @@ use ember::callbacks::{Callback, CallbackContext};
 use ember::{Accelerator, Plan, Precision, Trainer, TrainerOptions, epoch_permutation};
 use ember_acceptance::process::run_measured;
 use rounds::{median, rounds};
+use transformer::data::TokenBatcher;
+use transformer::{CharLm, CorpusData, DataConfig as LmData, LmConfig, TokenBatch, WarmupCosine};
 
 const THREADS: &str = "2";
 const SEED: u64 = 42;
@@ -75,13 +85,22 @@ const CNN: Model = Model {
     lr_decay: 0.9,
 };
 
+/// The transformer example at its defaults (`python` unused: scripts/bench/char_lm.py).
+const TRANSFORMER: Model = Model {
+    name: "transformer",
+    python: ("", ""),
+    epochs: 2,
+    lr: 3e-3,
+    lr_decay: 1.0,
+};
+
 const BATCH: usize = 64;
 
 fn model_named(name: &str) -> anyhow::Result<Model> {
-    [MLP, CNN]
+    [MLP, CNN, TRANSFORMER]
         .into_iter()
         .find(|m| m.name == name)
-        .ok_or_else(|| anyhow::anyhow!("unknown model {name}: mlp or cnn"))
+        .ok_or_else(|| anyhow::anyhow!("unknown model {name}: mlp, cnn or transformer"))
 }
 
 /// The contenders built into this binary, in the order of the table.
@@ -100,7 +119,8 @@ fn contenders() -> Vec<&'static str> {
 /// What one contender's process reported and cost.
 struct Run {
     steps_per_s: f64,
-    val_acc: f64,
+    /// val_acc, or the transformer's val_loss.
+    metric: f64,
     wall_s: f64,
     peak_rss: u64,
 }
@@ -133,7 +153,7 @@ impl Callback for ValClock {
 }
 
 /// A Trainer fit on accelerator `A` with the defaults a user gets (checkpointing, CSV logger,
-/// sanity check), progress bar off; returns steps, train seconds and the final val_acc.
+/// sanity check), progress bar off; returns steps, train seconds and the final metric.
 fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
     let root = tempfile::tempdir()?;
     let options = TrainerOptions {
@@ -141,6 +161,8 @@ fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
         max_epochs: Some(model.epochs as u64),
         enable_progress_bar: false,
         default_root_dir: root.path().to_owned(),
+        // The transformer example's own default (`transformer fit`).
+        gradient_clip_val: (model.name == "transformer").then_some(1.0),
         ..TrainerOptions::default()
     };
     let val_seconds = Rc::new(Cell::new(0.0));
@@ -149,25 +171,49 @@ fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
         started: None,
         seconds: val_seconds.clone(),
     });
-    let mut data = DigitsData::new(data_config());
-    let val_acc = |metrics: &std::collections::BTreeMap<String, f64>| {
-        metrics.get("val_acc").copied().unwrap_or(f64::NAN)
+    let metric = |metrics: &BTreeMap<String, f64>, name: &str| {
+        metrics.get(name).copied().unwrap_or(f64::NAN)
     };
-    let (steps, val_acc, seconds) = if model.name == "mlp" {
-        let net = DigitsModel::<A::Backend>::new(&ModelConfig::default(), trainer.device());
-        let start = Instant::now();
-        let out = trainer.fit(net, &mut data)?;
-        (out.global_step, val_acc(&out.metrics), start.elapsed())
-    } else {
-        // The CNN's optimizer reads its rate and decay from the `model` hyperparameters.
-        trainer = trainer.with_hparams(serde_json::json!({"model": conv_config(model)}));
-        let net = ConvNet::<A::Backend>::new(&conv_config(model), trainer.device());
-        let start = Instant::now();
-        let out = trainer.fit(net, &mut data)?;
-        (out.global_step, val_acc(&out.metrics), start.elapsed())
+    let (steps, metric, seconds) = match model.name {
+        "mlp" => {
+            let net = DigitsModel::<A::Backend>::new(&ModelConfig::default(), trainer.device());
+            let mut data = DigitsData::new(data_config());
+            let start = Instant::now();
+            let out = trainer.fit(net, &mut data)?;
+            (
+                out.global_step,
+                metric(&out.metrics, "val_acc"),
+                start.elapsed(),
+            )
+        }
+        "cnn" => {
+            // The CNN's optimizer reads its rate and decay from the `model` hyperparameters.
+            trainer = trainer.with_hparams(serde_json::json!({"model": conv_config(model)}));
+            let net = ConvNet::<A::Backend>::new(&conv_config(model), trainer.device());
+            let mut data = DigitsData::new(data_config());
+            let start = Instant::now();
+            let out = trainer.fit(net, &mut data)?;
+            (
+                out.global_step,
+                metric(&out.metrics, "val_acc"),
+                start.elapsed(),
+            )
+        }
+        _ => {
+            let (lm, data) = (LmConfig::default(), LmData::default());
+            trainer = trainer.with_hparams(serde_json::json!({"model": lm, "data": data}));
+            let net = CharLm::<A::Backend>::new(&lm, trainer.device());
+            let start = Instant::now();
+            let out = trainer.fit(net, &mut CorpusData::new(data))?;
+            (
+                out.global_step,
+                metric(&out.metrics, "val_loss"),
+                start.elapsed(),
+            )
+        }
     };
     let train_s = seconds.as_secs_f64() - val_seconds.get();
-    Ok((steps, train_s, val_acc))
+    Ok((steps, train_s, metric))
 }
 
 fn data_config() -> DataConfig {
@@ -225,10 +271,74 @@ fn cnn_by_hand<B: AutodiffBackend>(
     Ok((steps, start.elapsed().as_secs_f64() - val_s, val_acc))
 }
 
+/// The transformer trained by a hand-written burn loop: AdamW with its gradient norm clipped
+/// at 1, the warm-up and cosine schedule per step, the epochs' shuffles of ember's seed, the
+/// validation loss over every held-out window after every epoch.
+fn lm_by_hand<B: AutodiffBackend>(
+    device: &B::Device,
+    model: Model,
+) -> anyhow::Result<(u64, f64, f64)> {
+    let (lm, data) = (LmConfig::default(), LmData::default());
+    let (train, val) = data.load()?;
+    ember::host_float::set_flush_denormal_everywhere(true);
+    B::seed(device, SEED);
+    let mut net = CharLm::<B>::new(&lm, device);
+    let mut optimizer = AdamWConfig::new()
+        .with_weight_decay(lm.weight_decay as f32)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
+        .init::<B, CharLm<B>>();
+    let floor = lm.lr * lm.min_lr_ratio;
+    let mut schedule = WarmupCosine::new(lm.lr, floor, lm.warmup_steps, lm.decay_steps);
+    let (mut steps, mut val_s, mut val_loss) = (0, 0.0, f64::NAN);
+    let start = Instant::now();
+    for epoch in 0..model.epochs {
+        let order = epoch_permutation(train.len(), SEED, epoch as u64);
+        for indices in order.chunks(data.batch_size) {
+            let windows = indices.iter().map(|&i| train[i].clone()).collect();
+            let batch: TokenBatch<B> = TokenBatcher.batch(windows, device);
+            let loss = net.loss(batch.inputs, batch.targets);
+            let grads = GradientsParams::from_grads(loss.backward(), &net);
+            net = optimizer.step(schedule.step(), net, grads);
+            let _ = loss.into_scalar();
+            steps += 1;
+        }
+        let validating = Instant::now();
+        let batch: TokenBatch<B::InnerBackend> = TokenBatcher.batch(val.clone(), device);
+        val_loss = net
+            .valid()
+            .loss(batch.inputs, batch.targets)
+            .into_scalar()
+            .elem::<f64>();
+        val_s += validating.elapsed().as_secs_f64();
+    }
+    Ok((steps, start.elapsed().as_secs_f64() - val_s, val_loss))
+}
+
+/// Writes the transformer's windows and settings for scripts/bench/char_lm.py in `dir`.
+fn write_windows(dir: &Path) -> anyhow::Result<()> {
+    let (lm, data) = (LmConfig::default(), LmData::default());
+    let (train, val) = data.load()?;
+    for (name, set) in [("train.u8", &train), ("val.u8", &val)] {
+        std::fs::write(
+            dir.join(name),
+            set.iter().flat_map(|w| w.0.clone()).collect::<Vec<u8>>(),
+        )?;
+    }
+    let meta = serde_json::json!({
+        "vocab": transformer::data::VOCAB, "context": data.context, "batch": data.batch_size,
+        "d_model": lm.d_model, "heads": lm.heads, "layers": lm.layers, "mlp_ratio": lm.mlp_ratio,
+        "dropout": lm.dropout, "lr": lm.lr, "weight_decay": lm.weight_decay,
+        "warmup": lm.warmup_steps, "decay": lm.decay_steps, "min_lr_ratio": lm.min_lr_ratio,
+        "max_context": lm.max_context,
+    });
+    std::fs::write(dir.join("meta.json"), meta.to_string())?;
+    Ok(())
+}
+
 /// Runs contender `name` on `model` here and prints its JSON line.
 fn contender(name: &str, model: Model) -> anyhow::Result<()> {
     type Cpu = ember::cpu::CpuAccelerator;
-    let (steps, train_s, val_acc) = match (name, model.name) {
+    let (steps, train_s, metric) = match (name, model.name) {
         ("ember", _) => ember_fit::<Cpu>(model)?,
         #[cfg(feature = "tch")]
         ("ember-tch-cpu", _) => ember_fit::<ember::tch::TchCpuAccelerator>(model)?,
@@ -250,10 +360,11 @@ fn contender(name: &str, model: Model) -> anyhow::Result<()> {
                 val_acc,
             )
         }
-        ("burn-hand", _) => cnn_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
+        ("burn-hand", "cnn") => cnn_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
+        ("burn-hand", _) => lm_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
         (other, _) => anyhow::bail!("unknown contender {other}"),
     };
-    let report = serde_json::json!({"steps": steps, "train_s": train_s, "val_acc": val_acc});
+    let report = serde_json::json!({"steps": steps, "train_s": train_s, "metric": metric});
     println!("{report}");
     Ok(())
 }
@@ -271,6 +382,16 @@ fn python() -> anyhow::Result<PathBuf> {
 /// The command that runs contender `name` on `model`.
 fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
     let mut command = match name {
+        "torch-hand" | "lightning" if model.name == "transformer" => {
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../scripts/bench/char_lm.py"
+            );
+            let mut c = Command::new(python()?);
+            c.arg(script).arg(name).arg(data.join("lm"));
+            c.arg(model.epochs.to_string());
+            c
+        }
         "torch-hand" | "lightning" => {
             let script = concat!(
                 env!("CARGO_MANIFEST_DIR"),
@@ -311,9 +432,13 @@ fn measure(name: &str, model: Model, data: &Path) -> anyhow::Result<Run> {
         .map_err(|e| anyhow::anyhow!("{name} printed no report ({e}): {stdout}{stderr}"))?;
     let steps = report["steps"].as_f64().unwrap_or(0.0);
     let train_s = report["train_s"].as_f64().unwrap_or(f64::NAN);
+    let metric = ["metric", "val_acc", "val_loss"]
+        .iter()
+        .find_map(|key| report[key].as_f64())
+        .unwrap_or(f64::NAN);
     Ok(Run {
         steps_per_s: steps / train_s,
-        val_acc: report["val_acc"].as_f64().unwrap_or(f64::NAN),
+        metric,
         wall_s,
         peak_rss,
     })
@@ -328,15 +453,15 @@ fn compare(names: &[&str], model: Model, data: &Path, rounds: usize) -> anyhow::
             let i = (round + k) % names.len();
             let run = measure(names[i], model, data)?;
             eprintln!(
-                "{} round {round}: {:<14} {:>7.1} steps/s  val_acc {:.4}  wall {:.2} s",
-                model.name, names[i], run.steps_per_s, run.val_acc, run.wall_s
+                "{} round {round}: {:<14} {:>7.1} steps/s  metric {:.4}  wall {:.2} s",
+                model.name, names[i], run.steps_per_s, run.metric, run.wall_s
             );
             runs[i].push(run);
         }
     }
     println!(
         "{:<14} {:>14} {:>15} {:>8} {:>7} {:>9}",
-        "contender", "train steps/s", "(range)", "val_acc", "wall s", "peak RSS"
+        "contender", "train steps/s", "(range)", "metric", "wall s", "peak RSS"
     );
     let mut medians = Vec::new();
     for (name, runs) in names.iter().zip(&runs) {
@@ -349,7 +474,7 @@ fn compare(names: &[&str], model: Model, data: &Path, rounds: usize) -> anyhow::
             "{name:<14} {:>14.1} {:>15} {:>8.4} {:>7.2} {:>6.0} MB",
             median(sps),
             format!("({lo:.1}-{hi:.1})"),
-            median(of(|r| r.val_acc)),
+            median(of(|r| r.metric)),
             median(of(|r| r.wall_s)),
             median(of(|r| r.peak_rss as f64)) / 1e6,
         );
@@ -367,6 +492,8 @@ fn main() -> anyhow::Result<()> {
     let rounds = rounds(3);
     let data = tempfile::tempdir()?;
     split::write_split(&data_config(), data.path())?;
+    std::fs::create_dir(data.path().join("lm"))?;
+    write_windows(&data.path().join("lm"))?;
     let names = contenders();
     // A first untimed run of each warms the page cache (libraries, Python's modules).
     let warm = Model { epochs: 1, ..MLP };
@@ -375,10 +502,10 @@ fn main() -> anyhow::Result<()> {
     }
     let lightning = names.len() - 1;
     let mut ratios = Vec::new();
-    for model in [MLP, CNN] {
+    for model in [MLP, CNN, TRANSFORMER] {
         println!(
-            "\n{}: {} epochs, batch {BATCH}, Adam {} (x{} per epoch), validation every epoch; {THREADS} threads each; {rounds} rounds",
-            model.name, model.epochs, model.lr, model.lr_decay
+            "\n{}: {} epochs, validation every epoch; {THREADS} threads each; {rounds} rounds",
+            model.name, model.epochs
         );
         let medians = compare(&names, model, data.path(), rounds)?;
         ratios.push(format!(
@@ -387,6 +514,6 @@ fn main() -> anyhow::Result<()> {
             medians[0] / medians[lightning]
         ));
     }
-    println!("ember(cpu)/Lightning: {}, transformer —", ratios.join(", "));
+    println!("ember(cpu)/Lightning: {}", ratios.join(", "));
     Ok(())
 }
