@@ -30,8 +30,8 @@ cargo xtask <task>
   bench sharded [ROUNDS]        ddp_sharded vs ddp: optimizer state, peak RSS, samples/s (2 ranks)
   bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
                      Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
-  bench models [ROUNDS]         the digits MLP and the conv CNN by ember (cpu, tch-cpu, xla), a
-                     burn loop, a torch loop and Lightning; ember(cpu)/Lightning (the torch venv)
+  bench models [ROUNDS]         the MLP, the CNN and the transformer by ember (cpu, tch-cpu, xla),
+                     a burn loop, a torch loop and Lightning; ember(cpu)/Lightning (the torch venv)
   bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu on digits and a
                      wide MLP: steps/s, compiles, cache hits, host overhead per step
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints

@@ -23,14 +23,15 @@
 //!
 //! The same binary is each Rust contender: `models contender NAME MODEL` prints one JSON line.
 
+#[path = "../../digits/benches/common/contest.rs"]
+mod contest;
 #[path = "../../digits/benches/common/rounds.rs"]
 mod rounds;
 #[path = "../../digits/benches/common/split.rs"]
 mod split;
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::rc::Rc;
 use std::time::Instant;
@@ -44,13 +45,12 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
+use contest::{ValClock, python, run_contender};
 use convnet::{ConvConfig, ConvNet};
 use digits::data::{DigitsBatch, DigitsData, batch_of};
 use digits::model::{DigitsModel, ModelConfig, loss_and_accuracy};
 use digits::train::{DataConfig, fit_by_hand};
-use ember::callbacks::{Callback, CallbackContext};
 use ember::{Accelerator, Plan, Precision, Trainer, TrainerOptions, epoch_permutation};
-use ember_acceptance::process::run_measured;
 use rounds::{median, rounds};
 use transformer::data::TokenBatcher;
 use transformer::{CharLm, CorpusData, DataConfig as LmData, LmConfig, TokenBatch, WarmupCosine};
@@ -127,31 +127,6 @@ struct Run {
 
 // ---- the contenders (inside their own process) ----
 
-/// Time spent validating, which the train time leaves out (Lightning's side does the same).
-struct ValClock {
-    started: Option<Instant>,
-    seconds: Rc<Cell<f64>>,
-}
-
-impl Callback for ValClock {
-    fn name(&self) -> &str {
-        "ValClock"
-    }
-
-    fn on_validation_start(&mut self, _ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        self.started = Some(Instant::now());
-        Ok(())
-    }
-
-    fn on_validation_end(&mut self, _ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        if let Some(started) = self.started.take() {
-            self.seconds
-                .set(self.seconds.get() + started.elapsed().as_secs_f64());
-        }
-        Ok(())
-    }
-}
-
 /// A Trainer fit on accelerator `A` with the defaults a user gets (checkpointing, CSV logger,
 /// sanity check), progress bar off; returns steps, train seconds and the final metric.
 fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
@@ -167,49 +142,34 @@ fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
     };
     let val_seconds = Rc::new(Cell::new(0.0));
     let plan = Plan::local(A::name(), Precision::F32True);
-    let mut trainer = Trainer::<A::Backend>::new::<A>(&plan, options)?.with_callback(ValClock {
-        started: None,
-        seconds: val_seconds.clone(),
-    });
-    let metric = |metrics: &BTreeMap<String, f64>, name: &str| {
-        metrics.get(name).copied().unwrap_or(f64::NAN)
-    };
+    let mut trainer = Trainer::<A::Backend>::new::<A>(&plan, options)?
+        .with_callback(ValClock::new(val_seconds.clone()));
+    // Only `fit` is timed (model and data made before it), as the Python side times its fit.
+    macro_rules! timed_fit {
+        ($net:expr, $data:expr, $metric:literal) => {{
+            let (net, mut data) = ($net, $data);
+            let start = Instant::now();
+            let out = trainer.fit(net, &mut data)?;
+            let metric = out.metrics.get($metric).copied().unwrap_or(f64::NAN);
+            (out.global_step, metric, start.elapsed())
+        }};
+    }
     let (steps, metric, seconds) = match model.name {
         "mlp" => {
             let net = DigitsModel::<A::Backend>::new(&ModelConfig::default(), trainer.device());
-            let mut data = DigitsData::new(data_config());
-            let start = Instant::now();
-            let out = trainer.fit(net, &mut data)?;
-            (
-                out.global_step,
-                metric(&out.metrics, "val_acc"),
-                start.elapsed(),
-            )
+            timed_fit!(net, DigitsData::new(data_config()), "val_acc")
         }
         "cnn" => {
             // The CNN's optimizer reads its rate and decay from the `model` hyperparameters.
             trainer = trainer.with_hparams(serde_json::json!({"model": conv_config(model)}));
             let net = ConvNet::<A::Backend>::new(&conv_config(model), trainer.device());
-            let mut data = DigitsData::new(data_config());
-            let start = Instant::now();
-            let out = trainer.fit(net, &mut data)?;
-            (
-                out.global_step,
-                metric(&out.metrics, "val_acc"),
-                start.elapsed(),
-            )
+            timed_fit!(net, DigitsData::new(data_config()), "val_acc")
         }
         _ => {
             let (lm, data) = (LmConfig::default(), LmData::default());
             trainer = trainer.with_hparams(serde_json::json!({"model": lm, "data": data}));
             let net = CharLm::<A::Backend>::new(&lm, trainer.device());
-            let start = Instant::now();
-            let out = trainer.fit(net, &mut CorpusData::new(data))?;
-            (
-                out.global_step,
-                metric(&out.metrics, "val_loss"),
-                start.elapsed(),
-            )
+            timed_fit!(net, CorpusData::new(data), "val_loss")
         }
     };
     let train_s = seconds.as_secs_f64() - val_seconds.get();
@@ -371,14 +331,6 @@ fn contender(name: &str, model: Model) -> anyhow::Result<()> {
 
 // ---- the driver ----
 
-/// The venv's python (`VIRTUAL_ENV`, which `cargo xtask` sets to the pinned venv).
-fn python() -> anyhow::Result<PathBuf> {
-    let venv = std::env::var_os("VIRTUAL_ENV").ok_or_else(|| {
-        anyhow::anyhow!("VIRTUAL_ENV is not set: run `cargo xtask bench models`, which installs and uses the pinned torch venv")
-    })?;
-    Ok(PathBuf::from(venv).join("bin/python"))
-}
-
 /// The command that runs contender `name` on `model`.
 fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
     let mut command = match name {
@@ -387,7 +339,7 @@ fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
                 env!("CARGO_MANIFEST_DIR"),
                 "/../../scripts/bench/char_lm.py"
             );
-            let mut c = Command::new(python()?);
+            let mut c = Command::new(python("models")?);
             c.arg(script).arg(name).arg(data.join("lm"));
             c.arg(model.epochs.to_string());
             c
@@ -398,7 +350,7 @@ fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
                 "/../../scripts/bench/vs_lightning.py"
             );
             let (kind, widths) = model.python;
-            let mut c = Command::new(python()?);
+            let mut c = Command::new(python("models")?);
             c.arg(script).arg(name).arg(data).arg(widths);
             c.args([BATCH.to_string(), model.epochs.to_string()]);
             c.args(["--model", kind, "--lr", &model.lr.to_string()]);
@@ -423,13 +375,7 @@ fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
 }
 
 fn measure(name: &str, model: Model, data: &Path) -> anyhow::Result<Run> {
-    let start = Instant::now();
-    let (stdout, stderr, peak_rss) =
-        run_measured(command(name, model, data)?).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    let wall_s = start.elapsed().as_secs_f64();
-    let line = stdout.lines().last().unwrap_or_default();
-    let report: serde_json::Value = serde_json::from_str(line)
-        .map_err(|e| anyhow::anyhow!("{name} printed no report ({e}): {stdout}{stderr}"))?;
+    let (report, wall_s, peak_rss) = run_contender(name, command(name, model, data)?)?;
     let steps = report["steps"].as_f64().unwrap_or(0.0);
     let train_s = report["train_s"].as_f64().unwrap_or(f64::NAN);
     let metric = ["metric", "val_acc", "val_loss"]

@@ -16,6 +16,8 @@
 //! The same binary is each Rust contender: `vs_lightning contender NAME DATA HIDDEN BATCH
 //! EPOCHS [--no-val]` prints one JSON line.
 
+#[path = "common/contest.rs"]
+mod contest;
 #[path = "common/cpu_peak.rs"]
 mod cpu_peak;
 #[path = "common/rounds.rs"]
@@ -23,22 +25,21 @@ mod rounds;
 #[path = "common/split.rs"]
 mod split;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
+use contest::{ValClock, python, run_contender};
 use cpu_peak::{CpuPeak, mlp_step_flops};
 use digits::data::{DigitsData, PIXELS};
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::{DataConfig, fit_by_hand, train_by_hand};
-use ember::callbacks::{Callback, CallbackContext};
 use ember::options::Limit;
 use ember::tch::TchCpuAccelerator;
 use ember::{Accelerator, Trainer, TrainerOptions};
-use ember_acceptance::process::run_measured;
 use rounds::{median, rounds};
 
 const THREADS: &str = "2";
@@ -91,31 +92,6 @@ impl Runs {
 
 // ---- the contenders (inside their own process) ----
 
-/// Time spent validating, which `train_s` leaves out (Lightning's side does the same).
-struct ValClock {
-    started: Option<Instant>,
-    seconds: std::rc::Rc<std::cell::Cell<f64>>,
-}
-
-impl Callback for ValClock {
-    fn name(&self) -> &str {
-        "ValClock"
-    }
-
-    fn on_validation_start(&mut self, _ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        self.started = Some(Instant::now());
-        Ok(())
-    }
-
-    fn on_validation_end(&mut self, _ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        if let Some(started) = self.started.take() {
-            self.seconds
-                .set(self.seconds.get() + started.elapsed().as_secs_f64());
-        }
-        Ok(())
-    }
-}
-
 /// A Trainer fit with the defaults a user gets (checkpointing, CSV logger, sanity check),
 /// progress bar off; returns steps, train seconds and the final val_acc.
 fn ember_fit<B: AutodiffBackend>(
@@ -137,10 +113,8 @@ fn ember_fit<B: AutodiffBackend>(
         options.limit_val_batches = Limit::Batches(0);
     }
     let val_seconds = std::rc::Rc::new(std::cell::Cell::new(0.0));
-    let mut trainer = Trainer::<B>::on_device(device, options)?.with_callback(ValClock {
-        started: None,
-        seconds: val_seconds.clone(),
-    });
+    let mut trainer =
+        Trainer::<B>::on_device(device, options)?.with_callback(ValClock::new(val_seconds.clone()));
     let model = DigitsModel::<B>::new(model, trainer.device());
     let start = Instant::now();
     let out = trainer.fit(model, &mut DigitsData::new(data.clone()))?;
@@ -195,14 +169,6 @@ fn contender(name: &str, args: &[String]) -> anyhow::Result<()> {
 
 // ---- the driver ----
 
-/// The venv's python (`VIRTUAL_ENV`, which `cargo xtask` sets to the pinned venv).
-fn python() -> anyhow::Result<PathBuf> {
-    let venv = std::env::var_os("VIRTUAL_ENV").ok_or_else(|| {
-        anyhow::anyhow!("VIRTUAL_ENV is not set: run `cargo xtask bench vs-lightning`, which installs and uses the pinned torch venv")
-    })?;
-    Ok(PathBuf::from(venv).join("bin/python"))
-}
-
 /// The command that runs contender `name` on `task`.
 fn command(name: &str, task: &Task, data: &Path) -> anyhow::Result<Command> {
     let mut command = match name {
@@ -211,7 +177,7 @@ fn command(name: &str, task: &Task, data: &Path) -> anyhow::Result<Command> {
                 env!("CARGO_MANIFEST_DIR"),
                 "/../../scripts/bench/vs_lightning.py"
             );
-            let mut c = Command::new(python()?);
+            let mut c = Command::new(python("vs-lightning")?);
             c.arg(script).arg(name).arg(data);
             c
         }
@@ -236,13 +202,7 @@ fn command(name: &str, task: &Task, data: &Path) -> anyhow::Result<Command> {
 }
 
 fn measure(name: &str, task: &Task, data: &Path) -> anyhow::Result<Run> {
-    let start = Instant::now();
-    let (stdout, stderr, peak_rss) =
-        run_measured(command(name, task, data)?).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    let wall_s = start.elapsed().as_secs_f64();
-    let line = stdout.lines().last().unwrap_or_default();
-    let report: serde_json::Value = serde_json::from_str(line)
-        .map_err(|e| anyhow::anyhow!("{name} printed no report ({e}): {stdout}{stderr}"))?;
+    let (report, wall_s, peak_rss) = run_contender(name, command(name, task, data)?)?;
     let steps = report["steps"].as_f64().unwrap_or(0.0);
     let train_s = report["train_s"].as_f64().unwrap_or(f64::NAN);
     Ok(Run {
