@@ -76,6 +76,9 @@ fn a24_help_lists_every_registered_accelerator() {
             "{help}"
         );
     }
+    // The top level has no flags of its own: it says where they are (issue 39).
+    let top = printed(&["--help"], &Env::new());
+    assert!(top.contains("fit --help` lists them"), "{top}");
 }
 
 #[test]

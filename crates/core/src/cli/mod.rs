@@ -334,11 +334,16 @@ where
                 .help(help)
         }))
         .collect();
+        // The flags live on the subcommands; say where to see them.
+        let top = format!(
+            "Every subcommand takes --config, --trainer.*, --model.* and --data.* flags: `{} fit --help` lists them.\n\n{names}",
+            self.name
+        );
         Command::new(self.name.clone())
             .about(self.about.clone())
             .subcommand_required(true)
             .arg_required_else_help(true)
-            .after_help(names.clone())
+            .after_help(top)
             .subcommands(Stage::ALL.map(|stage| {
                 Command::new(stage.name())
                     .about(stage.about())
