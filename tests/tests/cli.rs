@@ -216,7 +216,11 @@ fn bad_config_input_names_the_flag() {
             "unknown top-level key",
         ),
         (vec!["fit", "--model.depth=3"], "--model.depth"),
-        (vec!["fit", "--model.hidden=wide"], "--model"),
+        // The option and its value, not the whole section (issue 39).
+        (
+            vec!["fit", "--model.hidden=wide"],
+            "invalid --model.hidden value `wide`: invalid type: string",
+        ),
         (vec!["fit", "--data.batch_size"], "--data.batch_size"),
         (
             vec!["fit", "--trainer.frobnicate=1"],

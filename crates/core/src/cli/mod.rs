@@ -455,10 +455,25 @@ fn section<T: DeserializeOwned>(
         ));
     }
     serde_json::from_value(value.clone()).map_err(|e| {
-        FlagError::new(
-            format!("--{name}"),
-            render(value),
-            format!("invalid {name} config: {e}"),
-        )
+        // Name the first option whose value alone, over the defaults, is unreadable.
+        let culprit = value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .find_map(|(key, v)| {
+                let mut one = defaults[name].clone();
+                one[key] = v.clone();
+                serde_json::from_value::<T>(one).err().map(|e| (key, v, e))
+            });
+        match culprit {
+            Some((key, v, e)) => {
+                FlagError::new(format!("--{name}.{key}"), render(v), e.to_string())
+            }
+            None => FlagError::new(
+                format!("--{name}"),
+                render(value),
+                format!("invalid {name} config: {e}"),
+            ),
+        }
     })
 }
