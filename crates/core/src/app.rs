@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use burn::tensor::backend::AutodiffBackend;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::accelerator::Accelerator;
 use crate::cli::{Cli, Invocation};
@@ -167,11 +167,7 @@ pub struct AppJob<A: App> {
 
 impl<A: App> From<Invocation<A::ModelConfig, A::DataConfig>> for AppJob<A> {
     fn from(inv: Invocation<A::ModelConfig, A::DataConfig>) -> Self {
-        let hparams = json!({
-            "trainer": inv.trainer.to_value(),
-            "model": serde_json::to_value(&inv.model).unwrap_or(Value::Null),
-            "data": serde_json::to_value(&inv.data).unwrap_or(Value::Null),
-        });
+        let hparams = crate::cli::config_tree(&inv.trainer, &inv.model, &inv.data);
         Self {
             stage: inv.stage,
             model: inv.model,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::cluster::Env;
 use crate::collective::{self, Engine};
@@ -23,11 +23,13 @@ use crate::job::Job;
 use crate::plan::{Launcher, Plan};
 use crate::registry::Registry;
 use help::names_help;
+pub(crate) use tree::config_tree;
 
 pub use ember_plan::Stage;
 
 mod help;
 mod plot;
+mod tree;
 
 /// What a job is built from: the stage and the merged, typed config.
 #[derive(Debug, Clone)]
@@ -138,11 +140,7 @@ where
         registry: &Registry<J>,
         make_job: impl FnOnce(Invocation<M, D>) -> J,
     ) -> CliOutcome<J::Output> {
-        let defaults = json!({
-            "trainer": self.trainer.to_value(),
-            "model": serde_json::to_value(&self.model).unwrap_or(Value::Null),
-            "data": serde_json::to_value(&self.data).unwrap_or(Value::Null),
-        });
+        let defaults = config_tree(&self.trainer, &self.model, &self.data);
         let argv: Vec<String> = args.into_iter().collect();
         let (args, section_overrides) = match split_section_overrides(argv.clone()) {
             Ok(split) => split,
