@@ -243,6 +243,20 @@ fn bad_config_input_names_the_flag() {
     }
 }
 
+/// One of ember's accelerators that this build left out names the feature that builds it in.
+#[cfg(not(feature = "tch"))]
+#[test]
+fn an_accelerator_of_a_feature_left_out_names_the_feature() {
+    let message = failure(&["fit", "--trainer.accelerator=tch-cpu"]);
+    assert!(
+        message.contains("unknown accelerator")
+            && message.contains("built in by the `tch` feature of the `ember` crate"),
+        "{message}"
+    );
+    let message = failure(&["fit", "--trainer.accelerator=frob"]);
+    assert!(!message.contains("feature"), "{message}");
+}
+
 #[test]
 fn fit_with_an_injected_accelerator_the_machine_lacks_exits_2() {
     let (outcome, inv) = execute(

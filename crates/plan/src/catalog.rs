@@ -14,6 +14,17 @@ use crate::strategy::{StrategyInfo, builtin_strategies};
 /// Names that select accelerators indirectly and so cannot be registered.
 pub const RESERVED_ACCELERATOR_NAMES: [&str; 2] = ["auto", "gpu"];
 
+/// ember's own accelerators by name, with the feature of the `ember` crate that builds each
+/// in: a program built without it is told which feature to enable.
+pub const BUILTIN_ACCELERATOR_FEATURES: [(&str, &str); 6] = [
+    ("cpu", "cpu"),
+    ("cuda", "cuda"),
+    ("wgpu", "wgpu"),
+    ("tch-cpu", "tch"),
+    ("tch-cuda", "tch"),
+    ("xla", "tpu-xla"),
+];
+
 /// An accelerator's metadata and its (type-erased) probing and device rules.
 #[derive(Debug, Clone)]
 pub struct AcceleratorSpec {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::accelerator::AcceleratorKind;
-use crate::catalog::{AcceleratorSpec, Catalog, PluginKind};
+use crate::catalog::{AcceleratorSpec, BUILTIN_ACCELERATOR_FEATURES, Catalog, PluginKind};
 use crate::cluster::{self, ClusterEnvironment, Env, Ranks};
 use crate::error::{FlagError, PlanResult, list};
 use crate::flags::TrainerFlags;
@@ -142,8 +142,17 @@ fn select_accelerator<'c>(
         }),
         _ => {
             let spec = catalog.accelerator(&name).ok_or_else(|| {
+                let feature = BUILTIN_ACCELERATOR_FEATURES
+                    .iter()
+                    .find(|(builtin, _)| *builtin == name)
+                    .map(|(_, feature)| {
+                        format!(
+                            " (`{name}` is ember's, built in by the `{feature}` feature of the `ember` crate, which this program was built without)"
+                        )
+                    })
+                    .unwrap_or_default();
                 err(format!(
-                    "unknown accelerator; registered: {}",
+                    "unknown accelerator; registered: {}{feature}",
                     catalog.accelerator_choices()
                 ))
             })?;
