@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vs_lightning import val_clock
+
 THREADS = 2
 SEED = 42
 
@@ -142,24 +144,12 @@ def lightning_fit(meta, train, val, epochs):
             optimizer, scheduler = optimizer_and_schedule(self.net, meta)
             return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
 
-    class ValClock(L.Callback):
-        """Time spent validating (the sanity check included), to leave out of train_s."""
-
-        def __init__(self):
-            self.seconds, self.started = 0.0, None
-
-        def on_validation_start(self, trainer, module):
-            self.started = time.perf_counter()
-
-        def on_validation_end(self, trainer, module):
-            self.seconds += time.perf_counter() - self.started
-
     L.seed_everything(SEED, verbose=False)
     loaders = (
         DataLoader(TensorDataset(train), batch_size=meta["batch"], shuffle=True),
         DataLoader(TensorDataset(val), batch_size=len(val)),
     )
-    clock = ValClock()
+    clock = val_clock()
     with tempfile.TemporaryDirectory() as root:
         trainer = L.Trainer(
             accelerator="cpu",

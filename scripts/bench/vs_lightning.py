@@ -84,6 +84,24 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
+def val_clock():
+    """A Lightning callback that adds up the time spent validating (the sanity check included)
+    in `seconds`, to leave out of train_s (char_lm.py uses it too)."""
+    import lightning as L
+
+    class ValClock(L.Callback):
+        def __init__(self):
+            self.seconds, self.started = 0.0, None
+
+        def on_validation_start(self, trainer, module):
+            self.started = time.perf_counter()
+
+        def on_validation_end(self, trainer, module):
+            self.seconds += time.perf_counter() - self.started
+
+    return ValClock()
+
+
 def torch_hand(data, build, batch, epochs, validate, device, precision, lr, decay):
     train_x, train_y, val_x, val_y = data
     model = build().to(device)
@@ -149,18 +167,6 @@ def lightning_fit(data, build, batch, epochs, validate, device, precision, lr, d
             scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=decay)
             return [optimizer], [scheduler]
 
-    class ValClock(L.Callback):
-        """Time spent validating (the sanity check included), to leave out of train_s."""
-
-        def __init__(self):
-            self.seconds, self.started = 0.0, None
-
-        def on_validation_start(self, trainer, module):
-            self.started = time.perf_counter()
-
-        def on_validation_end(self, trainer, module):
-            self.seconds += time.perf_counter() - self.started
-
     class AfterFirstEpoch(L.Callback):
         """On a GPU, the clock and step count at the end of the first epoch."""
 
@@ -175,7 +181,7 @@ def lightning_fit(data, build, batch, epochs, validate, device, precision, lr, d
     L.seed_everything(SEED, verbose=False)
     train = DataLoader(TensorDataset(train_x, train_y), batch_size=batch, shuffle=True)
     val = DataLoader(TensorDataset(val_x, val_y), batch_size=batch)
-    clock, after_first = ValClock(), AfterFirstEpoch()
+    clock, after_first = val_clock(), AfterFirstEpoch()
     with tempfile.TemporaryDirectory() as root:
         trainer = L.Trainer(
             accelerator="gpu" if device == "cuda" else "cpu",

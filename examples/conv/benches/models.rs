@@ -58,37 +58,51 @@ use transformer::{CharLm, CorpusData, DataConfig as LmData, LmConfig, TokenBatch
 const THREADS: &str = "2";
 const SEED: u64 = 42;
 
+/// The models of the comparison.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Mlp,
+    Cnn,
+    Transformer,
+}
+
 /// A model of the comparison and how it is trained.
 #[derive(Clone, Copy)]
 struct Model {
-    name: &'static str,
-    /// The Python side's `--model` and HIDDEN (widths, or the CNN's channels).
-    python: (&'static str, &'static str),
+    kind: Kind,
     epochs: usize,
+    /// Adam's rate and its factor per epoch (the transformer takes `LmConfig`'s schedule).
     lr: f64,
     lr_decay: f64,
 }
 
+impl Model {
+    fn name(self) -> &'static str {
+        match self.kind {
+            Kind::Mlp => "mlp",
+            Kind::Cnn => "cnn",
+            Kind::Transformer => "transformer",
+        }
+    }
+}
+
 const MLP: Model = Model {
-    name: "mlp",
-    python: ("mlp", "256,256"),
+    kind: Kind::Mlp,
     epochs: 30,
     lr: 1e-3,
     lr_decay: 1.0,
 };
 
 const CNN: Model = Model {
-    name: "cnn",
-    python: ("cnn", "16,32"),
+    kind: Kind::Cnn,
     epochs: 15,
     lr: 3e-3,
     lr_decay: 0.9,
 };
 
-/// The transformer example at its defaults (`python` unused: scripts/bench/char_lm.py).
+/// The transformer example at its defaults.
 const TRANSFORMER: Model = Model {
-    name: "transformer",
-    python: ("", ""),
+    kind: Kind::Transformer,
     epochs: 2,
     lr: 3e-3,
     lr_decay: 1.0,
@@ -99,7 +113,7 @@ const BATCH: usize = 64;
 fn model_named(name: &str) -> anyhow::Result<Model> {
     [MLP, CNN, TRANSFORMER]
         .into_iter()
-        .find(|m| m.name == name)
+        .find(|m| m.name() == name)
         .ok_or_else(|| anyhow::anyhow!("unknown model {name}: mlp, cnn or transformer"))
 }
 
@@ -137,7 +151,7 @@ fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
         enable_progress_bar: false,
         default_root_dir: root.path().to_owned(),
         // The transformer example's own default (`transformer fit`).
-        gradient_clip_val: (model.name == "transformer").then_some(1.0),
+        gradient_clip_val: (model.kind == Kind::Transformer).then_some(1.0),
         ..TrainerOptions::default()
     };
     let val_seconds = Rc::new(Cell::new(0.0));
@@ -154,18 +168,18 @@ fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
             (out.global_step, metric, start.elapsed())
         }};
     }
-    let (steps, metric, seconds) = match model.name {
-        "mlp" => {
+    let (steps, metric, seconds) = match model.kind {
+        Kind::Mlp => {
             let net = DigitsModel::<A::Backend>::new(&ModelConfig::default(), trainer.device());
             timed_fit!(net, DigitsData::new(data_config()), "val_acc")
         }
-        "cnn" => {
+        Kind::Cnn => {
             // The CNN's optimizer reads its rate and decay from the `model` hyperparameters.
             trainer = trainer.with_hparams(serde_json::json!({"model": conv_config(model)}));
             let net = ConvNet::<A::Backend>::new(&conv_config(model), trainer.device());
             timed_fit!(net, DigitsData::new(data_config()), "val_acc")
         }
-        _ => {
+        Kind::Transformer => {
             let (lm, data) = (LmConfig::default(), LmData::default());
             trainer = trainer.with_hparams(serde_json::json!({"model": lm, "data": data}));
             let net = CharLm::<A::Backend>::new(&lm, trainer.device());
@@ -298,13 +312,13 @@ fn write_windows(dir: &Path) -> anyhow::Result<()> {
 /// Runs contender `name` on `model` here and prints its JSON line.
 fn contender(name: &str, model: Model) -> anyhow::Result<()> {
     type Cpu = ember::cpu::CpuAccelerator;
-    let (steps, train_s, metric) = match (name, model.name) {
+    let (steps, train_s, metric) = match (name, model.kind) {
         ("ember", _) => ember_fit::<Cpu>(model)?,
         #[cfg(feature = "tch")]
         ("ember-tch-cpu", _) => ember_fit::<ember::tch::TchCpuAccelerator>(model)?,
         #[cfg(feature = "tpu-xla")]
         ("ember-xla", _) => ember_fit::<ember::xla::XlaAccelerator>(model)?,
-        ("burn-hand", "mlp") => {
+        ("burn-hand", Kind::Mlp) => {
             let config = ModelConfig::default();
             let (_, report) = fit_by_hand::<Autodiff<Flex>>(
                 &FlexDevice,
@@ -320,8 +334,8 @@ fn contender(name: &str, model: Model) -> anyhow::Result<()> {
                 val_acc,
             )
         }
-        ("burn-hand", "cnn") => cnn_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
-        ("burn-hand", _) => lm_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
+        ("burn-hand", Kind::Cnn) => cnn_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
+        ("burn-hand", Kind::Transformer) => lm_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
         (other, _) => anyhow::bail!("unknown contender {other}"),
     };
     let report = serde_json::json!({"steps": steps, "train_s": train_s, "metric": metric});
@@ -334,7 +348,7 @@ fn contender(name: &str, model: Model) -> anyhow::Result<()> {
 /// The command that runs contender `name` on `model`.
 fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
     let mut command = match name {
-        "torch-hand" | "lightning" if model.name == "transformer" => {
+        "torch-hand" | "lightning" if model.kind == Kind::Transformer => {
             let script = concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/../../scripts/bench/char_lm.py"
@@ -349,7 +363,11 @@ fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
                 env!("CARGO_MANIFEST_DIR"),
                 "/../../scripts/bench/vs_lightning.py"
             );
-            let (kind, widths) = model.python;
+            // The script's `--model` and HIDDEN (the MLP's widths, the CNN's channels).
+            let (kind, widths) = match model.kind {
+                Kind::Cnn => ("cnn", "16,32"),
+                _ => ("mlp", "256,256"),
+            };
             let mut c = Command::new(python("models")?);
             c.arg(script).arg(name).arg(data).arg(widths);
             c.args([BATCH.to_string(), model.epochs.to_string()]);
@@ -359,7 +377,7 @@ fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
         }
         _ => {
             let mut c = Command::new(std::env::current_exe()?);
-            c.args(["contender", name, model.name]);
+            c.args(["contender", name, model.name()]);
             c
         }
     };
@@ -400,7 +418,11 @@ fn compare(names: &[&str], model: Model, data: &Path, rounds: usize) -> anyhow::
             let run = measure(names[i], model, data)?;
             eprintln!(
                 "{} round {round}: {:<14} {:>7.1} steps/s  metric {:.4}  wall {:.2} s",
-                model.name, names[i], run.steps_per_s, run.metric, run.wall_s
+                model.name(),
+                names[i],
+                run.steps_per_s,
+                run.metric,
+                run.wall_s
             );
             runs[i].push(run);
         }
@@ -451,12 +473,13 @@ fn main() -> anyhow::Result<()> {
     for model in [MLP, CNN, TRANSFORMER] {
         println!(
             "\n{}: {} epochs, validation every epoch; {THREADS} threads each; {rounds} rounds",
-            model.name, model.epochs
+            model.name(),
+            model.epochs
         );
         let medians = compare(&names, model, data.path(), rounds)?;
         ratios.push(format!(
             "{} {:.2}x",
-            model.name,
+            model.name(),
             medians[0] / medians[lightning]
         ));
     }
