@@ -57,32 +57,23 @@ impl ActivationOps<Flex> for Flex {
     }
 
     fn gelu(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
-        // 0.5 * x * (1 + erf(x / sqrt(2)))
-        use crate::ops::unary::{erf_f32, erf_f64};
-        let sqrt2_f32: f32 = core::f32::consts::SQRT_2;
+        // 0.5 * x * (1 + erf(x / sqrt(2))); f32 (and f16, bf16 through it) in gelu_f32.rs
+        use crate::ops::unary::erf_f64;
         let sqrt2_f64: f64 = core::f64::consts::SQRT_2;
-        unary_op(
-            tensor,
-            move |x: f32| 0.5 * x * (1.0 + erf_f32(x / sqrt2_f32)),
-            move |x: f64| 0.5 * x * (1.0 + erf_f64(x / sqrt2_f64)),
-        )
+        unary_op(tensor, crate::ops::gelu_f32::gelu, move |x: f64| {
+            0.5 * x * (1.0 + erf_f64(x / sqrt2_f64))
+        })
     }
 
     fn gelu_backward(x: FloatTensor<Flex>, grad: FloatTensor<Flex>) -> FloatTensor<Flex> {
         // d/dx[gelu(x)] = 0.5 * (1 + erf(x/sqrt(2))) + x * (1/sqrt(2*pi)) * exp(-x^2/2)
-        use crate::ops::unary::{erf_f32, erf_f64};
-        let sqrt2_f32: f32 = core::f32::consts::SQRT_2;
+        use crate::ops::unary::erf_f64;
         let sqrt2_f64: f64 = core::f64::consts::SQRT_2;
-        let inv_sqrt_2pi_f32: f32 = 1.0 / (2.0 * core::f32::consts::PI).sqrt();
         let inv_sqrt_2pi_f64: f64 = 1.0 / (2.0 * core::f64::consts::PI).sqrt();
         binary_op(
             x,
             grad,
-            move |x: f32, g| {
-                let cdf = 0.5 * (1.0 + erf_f32(x / sqrt2_f32));
-                let pdf = inv_sqrt_2pi_f32 * (-0.5 * x * x).exp();
-                g * (cdf + x * pdf)
-            },
+            crate::ops::gelu_f32::gelu_backward,
             move |x: f64, g| {
                 let cdf = 0.5 * (1.0 + erf_f64(x / sqrt2_f64));
                 let pdf = inv_sqrt_2pi_f64 * (-0.5 * x * x).exp();

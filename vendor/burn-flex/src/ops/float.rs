@@ -33,14 +33,7 @@ impl FloatTensorOps<Flex> for Flex {
     ) -> FloatTensor<Flex> {
         let mut seed = crate::backend::SEED.lock().unwrap();
         let mut rng = seed.take().unwrap_or_else(crate::backend::get_seeded_rng);
-        let data = match dtype {
-            FloatDType::F64 => TensorData::random::<f64, _, _>(shape, distribution, &mut rng),
-            FloatDType::F32 | FloatDType::Flex32 => {
-                TensorData::random::<f32, _, _>(shape, distribution, &mut rng)
-            }
-            FloatDType::F16 => TensorData::random::<f16, _, _>(shape, distribution, &mut rng),
-            FloatDType::BF16 => TensorData::random::<bf16, _, _>(shape, distribution, &mut rng),
-        };
+        let data = random_data(shape, distribution, dtype, &mut rng);
         *seed = Some(rng);
         FlexTensor::from_data(data)
     }
@@ -1095,6 +1088,56 @@ impl FloatTensorOps<Flex> for Flex {
 // When adding new tests, keep them here only if they probe flex dtype
 // storage or flex internals; otherwise add them to
 // crates/burn-backend-tests/tests/tensor/float/ops/.
+/// Draws a tensor's values from `distribution`. The sampler is built once per tensor, where
+/// `TensorData::random` builds one per element (most of a dropout's cost); the draws from `rng`,
+/// and so the values, are the same.
+fn random_data(
+    shape: Shape,
+    distribution: Distribution,
+    dtype: FloatDType,
+    rng: &mut crate::backend::FlexRng,
+) -> TensorData {
+    let count = shape.num_elements();
+    match (dtype, distribution) {
+        (FloatDType::F32 | FloatDType::Flex32, Distribution::Bernoulli(p))
+            if (0.0..1.0).contains(&p) =>
+        {
+            TensorData::new(bernoulli_f32(count, p, rng), shape)
+        }
+        (FloatDType::F64, _) => {
+            let mut sampler = distribution.sampler::<_, f64>(rng);
+            TensorData::new((0..count).map(|_| sampler.sample()).collect(), shape)
+        }
+        (FloatDType::F32 | FloatDType::Flex32, _) => {
+            let mut sampler = distribution.sampler::<_, f32>(rng);
+            TensorData::new((0..count).map(|_| sampler.sample()).collect(), shape)
+        }
+        (FloatDType::F16, _) => TensorData::random::<f16, _, _>(shape, distribution, rng),
+        (FloatDType::BF16, _) => TensorData::random::<bf16, _, _>(shape, distribution, rng),
+    }
+}
+
+/// `count` draws of 1.0 with probability `p` (in `[0, 1)`), else 0.0: dropout's mask. The
+/// same test on the same `u64` words as `rand::distr::Bernoulli` (a word below `p·2⁶⁴`),
+/// with the words taken from the generator in blocks rather than one call per element.
+fn bernoulli_f32(count: usize, p: f64, rng: &mut crate::backend::FlexRng) -> Vec<f32> {
+    use burn_std::rand::RngExt;
+    const BLOCK: usize = 1024;
+    let threshold = (p * 2.0 * (1u64 << 63) as f64) as u64;
+    let mut words = [0u64; BLOCK];
+    let mut values = Vec::with_capacity(count);
+    while values.len() < count {
+        let words = &mut words[..BLOCK.min(count - values.len())];
+        rng.fill(words);
+        values.extend(
+            words
+                .iter()
+                .map(|&word| if word < threshold { 1.0 } else { 0.0 }),
+        );
+    }
+    values
+}
+
 #[cfg(test)]
 mod tests {
     use burn_backend::TensorData;
@@ -1211,5 +1254,43 @@ mod tests {
         let device = crate::FlexDevice;
         let t = Flex::float_random(shape, dist, &device, FloatDType::F16);
         assert_eq!(t.dtype(), DType::F16);
+    }
+
+    #[test]
+    fn random_data_equals_tensor_data_random() {
+        use super::random_data;
+        use burn_backend::{FloatDType, TensorData};
+        use burn_std::rand::SeedableRng;
+        let shape = burn_std::Shape::from(vec![3, 700]);
+        let distributions = [
+            burn_backend::Distribution::Default,
+            burn_backend::Distribution::Bernoulli(0.9),
+            burn_backend::Distribution::Bernoulli(0.0),
+            burn_backend::Distribution::Bernoulli(1.0),
+            burn_backend::Distribution::Uniform(-2.0, 3.0),
+            burn_backend::Distribution::Normal(0.5, 2.0),
+        ];
+        for distribution in distributions {
+            let rng = || crate::backend::FlexRng::seed_from_u64(17);
+            // Three u32 draws first, so that the next draws start mid-word-pair.
+            let (mut ours, mut theirs) = (rng(), rng());
+            let uniform = burn_backend::Distribution::Uniform(0.0, 1.0);
+            let three = burn_std::Shape::from(vec![3]);
+            let _ = random_data(three.clone(), uniform, FloatDType::F32, &mut ours);
+            let _ = TensorData::random::<f32, _, _>(three, uniform, &mut theirs);
+            let odd = random_data(shape.clone(), distribution, FloatDType::F32, &mut ours);
+            let want = TensorData::random::<f32, _, _>(shape.clone(), distribution, &mut theirs);
+            assert_eq!(
+                odd, want,
+                "{distribution:?} f32 after an odd number of words"
+            );
+            let (mut ours, mut theirs) = (rng(), rng());
+            let f32s = random_data(shape.clone(), distribution, FloatDType::F32, &mut ours);
+            let want = TensorData::random::<f32, _, _>(shape.clone(), distribution, &mut theirs);
+            assert_eq!(f32s, want, "{distribution:?} f32");
+            let f64s = random_data(shape.clone(), distribution, FloatDType::F64, &mut ours);
+            let want = TensorData::random::<f64, _, _>(shape.clone(), distribution, &mut theirs);
+            assert_eq!(f64s, want, "{distribution:?} f64");
+        }
     }
 }

@@ -105,6 +105,7 @@ pub mod fft;
 pub mod flip;
 mod float;
 pub mod gather_scatter;
+mod gelu_f32;
 pub mod grid_sample;
 mod int;
 pub mod interpolate;
