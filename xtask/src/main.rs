@@ -144,35 +144,27 @@ fn torch_env() -> Vec<(String, String)> {
 }
 
 fn lint() -> bool {
+    let mut workspace = vec!["clippy", "--workspace"];
+    for package in VENDORED {
+        workspace.extend(["--exclude", package]);
+    }
+    workspace.extend(["--all-targets", "--all-features", "--", "-D", "warnings"]);
     layering::check(&root())
         && run("cargo", &["fmt", "--all", "--", "--check"], &[])
-        && run_in(
-            "cargo",
-            &[
-                "clippy",
-                "--workspace",
-                "--exclude",
-                VENDORED_FLEX,
-                "--all-targets",
-                "--all-features",
-                "--",
-                "-D",
-                "warnings",
-            ],
-            &[],
-            &torch_env(),
-        )
-        // The vendored burn-flex: its library (our patches live there) under the same bar; its
-        // upstream tests are burn's code, left as published.
-        && run(
-            "cargo",
-            &["clippy", "-p", VENDORED_FLEX, "--lib", "--", "-D", "warnings"],
-            &[],
-        )
+        && run_in("cargo", &workspace, &[], &torch_env())
+        // The vendored crates: their libraries (our patches live there) under the same bar;
+        // their upstream tests are burn's code, left as published.
+        && VENDORED.iter().all(|package| {
+            run(
+                "cargo",
+                &["clippy", "-p", package, "--lib", "--", "-D", "warnings"],
+                &[],
+            )
+        })
 }
 
-/// The package name of the patched burn-flex in vendor/burn-flex.
-const VENDORED_FLEX: &str = "burn-flex";
+/// The package names of burn's crates patched in vendor/ (each has a PATCHES.md).
+const VENDORED: [&str; 2] = ["burn-flex", "burn-autodiff"];
 
 /// One row of the backend matrix: a name and the features its `cargo test` runs with.
 ///
@@ -198,8 +190,10 @@ impl Row {
             args.extend(["--exclude", "ember-accel-tch"]);
         }
         if self.backend != "cpu" {
-            // The vendored burn-flex's own suite does not depend on the row's features.
-            args.extend(["--exclude", VENDORED_FLEX]);
+            // The vendored crates' own suites do not depend on the row's features.
+            for package in VENDORED {
+                args.extend(["--exclude", package]);
+            }
         }
         if let Some(features) = self.features {
             args.extend(["--features", features]);
