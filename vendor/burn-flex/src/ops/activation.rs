@@ -57,10 +57,10 @@ impl ActivationOps<Flex> for Flex {
     }
 
     fn gelu(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
-        // 0.5 * x * (1 + erf(x / sqrt(2))); f32 (and f16, bf16 through it) in gelu_f32.rs
+        // 0.5 * x * (1 + erf(x / sqrt(2))); f32 (and f16, bf16 through it) in vector_math.rs
         use crate::ops::unary::erf_f64;
         let sqrt2_f64: f64 = core::f64::consts::SQRT_2;
-        unary_op(tensor, crate::ops::gelu_f32::gelu, move |x: f64| {
+        unary_op(tensor, crate::ops::vector_math::gelu, move |x: f64| {
             0.5 * x * (1.0 + erf_f64(x / sqrt2_f64))
         })
     }
@@ -73,7 +73,7 @@ impl ActivationOps<Flex> for Flex {
         binary_op(
             x,
             grad,
-            crate::ops::gelu_f32::gelu_backward,
+            crate::ops::vector_math::gelu_backward,
             move |x: f64, g| {
                 let cdf = 0.5 * (1.0 + erf_f64(x / sqrt2_f64));
                 let pdf = inv_sqrt_2pi_f64 * (-0.5 * x * x).exp();
@@ -357,14 +357,24 @@ fn softmax_row_f32_simd<S: macerator::Simd>(input: &[f32], output: &mut [f32]) {
         }
     }
 
-    // Pass 2: compute exp(x - max), store in output, accumulate sum.
-    // Scalar exp (no SIMD exp in macerator). This pass is the one that
-    // actually does memory reads + writes on the whole row, so scalar
-    // here still lands us at memory bandwidth.
-    let mut sum = 0.0f32;
-    for idx in 0..len {
-        let e = (input[idx] - max_val).exp();
-        output[idx] = e;
+    // Pass 2: exp(x - max) into output, a branch-free exp that LLVM vectorises
+    // (a scalar `f32::exp` call per element was most of a transformer's softmax
+    // time); then the row's sum, in lanes.
+    for (out, &x) in output.iter_mut().zip(input) {
+        *out = crate::ops::vector_math::exp(x - max_val);
+    }
+    let mut sum = if simd_len >= lanes {
+        let mut sum_vec = unsafe { vload_unaligned::<S, _>(output.as_ptr()) };
+        let mut j = lanes;
+        while j < simd_len {
+            sum_vec += unsafe { vload_unaligned::<S, _>(output.as_ptr().add(j)) };
+            j += lanes;
+        }
+        sum_vec.reduce_add()
+    } else {
+        0.0
+    };
+    for &e in &output[tail_start..] {
         sum += e;
     }
 

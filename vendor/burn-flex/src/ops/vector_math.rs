@@ -1,6 +1,6 @@
-//! GELU's f32 arithmetic written without calls or branches, so that the loops applying it over
-//! a tensor vectorise. `libm::erff` is a scalar call per element, and `f32::exp` another: they
-//! were most of a transformer's GELU time.
+//! f32 arithmetic written without calls or branches, so that the loops applying it over a
+//! tensor vectorise: `exp`, and GELU with its gradient. `libm::erff` and `f32::exp` are scalar
+//! calls per element; they were most of a transformer's GELU and softmax time.
 
 /// `1/√2`.
 const FRAC_1_SQRT_2: f32 = core::f32::consts::FRAC_1_SQRT_2;
@@ -42,8 +42,8 @@ pub(crate) fn gelu_backward(x: f32, grad: f32) -> f32 {
     grad * (cdf + x * pdf)
 }
 
-/// `e^x` within a few ulp of `f32::exp` on `[-87, 88]`, the range of normal results; the
-/// input is clamped to it. `x = n ln2 + r` with `|r| ≤ ln2/2` (n rounded by adding 1.5·2²³,
+/// `e^x` within a few ulp of `f32::exp` on `[-87, 88]`, the range of normal results; 0 below
+/// it, infinity above, NaN for NaN. `x = n ln2 + r` with `|r| ≤ ln2/2` (n rounded by adding 1.5·2²³,
 /// which leaves it in the low mantissa bits), `e^r` by its degree-6 Taylor polynomial
 /// (truncation ≤ 1.2e-7 relative), `2ⁿ` built from its exponent bits.
 #[inline(always)]
@@ -51,6 +51,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     const SHIFTER: f32 = 12_582_912.0;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
+    let (too_small, too_large) = (x < -87.0, x > 88.0);
     let x = x.clamp(-87.0, 88.0);
     let shifted = x * core::f32::consts::LOG2_E + SHIFTER;
     let n = shifted - SHIFTER;
@@ -60,7 +61,14 @@ pub(crate) fn exp(x: f32) -> f32 {
             + r * (1.0 / 2.0
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
     let n_bits = shifted.to_bits().wrapping_sub(SHIFTER.to_bits()) as i32;
-    taylor * f32::from_bits(((n_bits + 127) << 23) as u32)
+    let value = taylor * f32::from_bits(((n_bits + 127) << 23) as u32);
+    if too_small {
+        0.0
+    } else if too_large {
+        f32::INFINITY
+    } else {
+        value
+    }
 }
 
 #[inline(always)]
@@ -93,6 +101,11 @@ mod tests {
                 "exp({x}) = {ours}, libm {libm}"
             );
         }
+        assert_eq!(super::exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(super::exp(-100.0), 0.0);
+        assert_eq!(super::exp(100.0), f32::INFINITY);
+        assert_eq!(super::exp(f32::INFINITY), f32::INFINITY);
+        assert!(super::exp(f32::NAN).is_nan());
     }
 
     #[test]
