@@ -3,26 +3,41 @@
 # Idempotent and quick when everything is already there; called by `cargo xtask` and CI.
 set -euo pipefail
 
+# The system packages ember's `mpi` feature needs in a user's own program (OpenMPI's library
+# and mpirun, libclang for bindgen); `scripts/setup.sh --mpi` installs only these.
+mpi_packages=(libopenmpi-dev openmpi-bin libclang-dev)
+
+# Installs those of the given Debian packages that are missing.
+install_missing() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        echo "setup: installing ${missing[*]}"
+        local sudo_cmd=()
+        [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+        export DEBIAN_FRONTEND=noninteractive
+        "${sudo_cmd[@]}" apt-get update -qq
+        "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+}
+
+if [ "${1:-}" = "--mpi" ]; then
+    install_missing "${mpi_packages[@]}"
+    echo "setup: ok (mpi)"
+    exit 0
+fi
+
 # Debian packages: mesa's lavapipe (a software Vulkan driver) so the wgpu accelerator runs
 # its tests on machines without a GPU; OpenMPI (the ddp engine: mpirun and the library the
 # `mpi` crate binds) and libclang (bindgen generates those bindings at build time); SLURM's
 # daemons, for the test that trains under a private one-node cluster (scripts/test-slurm.sh);
 # qemu's user-mode emulator, to train on an emulated CPU without AVX-512
 # (examples/digits/tests/cpu_dispatch.rs); a sans-serif font for curves.png's labels.
-packages=(libvulkan1 mesa-vulkan-drivers libopenmpi-dev openmpi-bin libclang-dev slurmctld slurmd
-    qemu-user fonts-dejavu-core)
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    echo "setup: installing ${missing[*]}"
-    sudo_cmd=()
-    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    "${sudo_cmd[@]}" apt-get update -qq
-    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+packages=(libvulkan1 mesa-vulkan-drivers "${mpi_packages[@]}" slurmctld slurmd qemu-user
+    fonts-dejavu-core)
+install_missing "${packages[@]}"
 
 # Python's tensorboard package: the tests read ember's TensorBoard event files back with
 # TensorBoard's own reader.

@@ -70,3 +70,74 @@ fn the_guide_program_trains_and_validates_its_checkpoint() {
     assert!(validate.status.success());
     assert!(String::from_utf8_lossy(&validate.stdout).contains("val_acc "));
 }
+
+/// The guide's `[dependencies]` block, with its `../ember` path pointed at this repository.
+fn guide_dependencies(ember_features: &str) -> String {
+    let guide = include_str!("../../../docs/getting-started.md");
+    let block = guide
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a ```toml block in docs/getting-started.md");
+    let ember = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crates/ember");
+    let line = "ember = { path = \"../ember/crates/ember\" }";
+    assert!(
+        block.contains(line),
+        "the guide's ember line is not `{line}`:\n{block}"
+    );
+    block.replace(
+        line,
+        &format!("ember = {{ path = {ember:?}{ember_features} }}"),
+    )
+}
+
+/// `cargo metadata --offline` on a new program with the guide's dependencies: cargo finds every
+/// crate, version and feature the guide names (no build, no network).
+fn resolves(dependencies: &str) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = format!(
+        "[package]\nname = \"from_the_guide\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n{dependencies}"
+    );
+    std::fs::write(dir.path().join("Cargo.toml"), manifest).unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    std::fs::write(dir.path().join("src/main.rs"), "fn main() {}\n").unwrap();
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--offline", "--format-version", "1"])
+        .current_dir(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .output()
+        .unwrap();
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+#[test]
+fn the_guide_dependency_lines_resolve() {
+    resolves(&guide_dependencies("")).expect("the guide's [dependencies]");
+    let ddp = guide_dependencies(", features = [\"mpi\"]");
+    resolves(&ddp).expect("the guide's [dependencies] with the mpi feature");
+    let guide = include_str!("../../../docs/getting-started.md");
+    assert!(
+        guide.contains("features = [\"mpi\"] }`"),
+        "the ddp step names the mpi feature"
+    );
+}
+
+#[test]
+fn the_guide_names_the_packages_setup_installs_for_mpi() {
+    let setup = include_str!("../../../scripts/setup.sh");
+    let packages = setup
+        .lines()
+        .find_map(|l| l.strip_prefix("mpi_packages=("))
+        .and_then(|l| l.strip_suffix(')'))
+        .expect("mpi_packages=(...) in scripts/setup.sh");
+    let guide = include_str!("../../../docs/getting-started.md");
+    let command = format!("sudo apt-get install {packages}");
+    assert!(
+        guide.contains(&command),
+        "the guide does not say `{command}`"
+    );
+    assert!(guide.contains("scripts/setup.sh --mpi"));
+}
