@@ -141,3 +141,25 @@ fn the_guide_names_the_packages_setup_installs_for_mpi() {
     );
     assert!(guide.contains("scripts/setup.sh --mpi"));
 }
+
+#[test]
+fn each_epoch_line_shows_the_train_and_validation_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_first_model"))
+        .args(["fit", "--trainer.max_epochs=2", "--trainer.logger=false"])
+        .current_dir(dir.path())
+        .env("EMBER_INVENTORY", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let epochs: Vec<&str> = stderr.lines().filter(|l| l.starts_with("epoch ")).collect();
+    assert_eq!(epochs.len(), 2, "{stderr}");
+    for line in epochs {
+        // train_loss is logged without prog_bar: the line shows it as the summary does.
+        assert!(
+            line.contains("train_loss=") && line.contains("val_acc="),
+            "{line}"
+        );
+    }
+}

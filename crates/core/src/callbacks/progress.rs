@@ -112,7 +112,11 @@ impl Callback for ProgressBar {
         if !ctx.state.is_global_zero {
             return Ok(());
         }
-        let metrics = metrics_text(&ctx.state.progress_bar_metrics);
+        // The epoch's line says what fit's summary line says (every epoch-level metric, train
+        // and validation), and what is marked `prog_bar`.
+        let mut shown = ctx.state.callback_metrics.clone();
+        shown.extend(ctx.state.progress_bar_metrics.clone());
+        let metrics = metrics_text(&shown);
         match self.bar.take() {
             Some(bar) => {
                 bar.set_position(ctx.state.num_training_batches as u64);
