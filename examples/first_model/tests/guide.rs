@@ -71,7 +71,7 @@ fn the_guide_program_trains_and_validates_its_checkpoint() {
     assert!(String::from_utf8_lossy(&validate.stdout).contains("val_acc "));
 }
 
-/// The guide's `[dependencies]` block, with its `../ember` path pointed at this repository.
+/// The guide's `Cargo.toml` block, its `../ember` paths pointed at this repository.
 fn guide_dependencies(ember_features: &str) -> String {
     let guide = include_str!("../../../docs/getting-started.md");
     let block = guide
@@ -79,20 +79,30 @@ fn guide_dependencies(ember_features: &str) -> String {
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .expect("a ```toml block in docs/getting-started.md");
-    let ember = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crates/ember");
     let line = "ember = { path = \"../ember/crates/ember\" }";
     assert!(
         block.contains(line),
         "the guide's ember line is not `{line}`:\n{block}"
     );
-    block.replace(
-        line,
-        &format!("ember = {{ path = {ember:?}{ember_features} }}"),
-    )
+    for vendored in ["burn-flex", "burn-autodiff"] {
+        let patch = format!("{vendored} = {{ path = \"../ember/vendor/{vendored}\" }}");
+        assert!(
+            block.contains(&patch),
+            "the guide does not patch {vendored}:\n{block}"
+        );
+    }
+    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/../../");
+    block
+        .replace(
+            line,
+            &format!("ember = {{ path = \"../ember/crates/ember\"{ember_features} }}"),
+        )
+        .replace("\"../ember/", &format!("\"{repo}"))
 }
 
-/// `cargo metadata --offline` on a new program with the guide's dependencies: cargo finds every
-/// crate, version and feature the guide names (no build, no network).
+/// `cargo generate-lockfile --offline` on a new program with the guide's dependencies: cargo
+/// resolves every crate, version, feature and patch the guide names from the index it cached
+/// when it built this workspace (no download, no build, no network).
 fn resolves(dependencies: &str) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let manifest = format!(
@@ -102,7 +112,7 @@ fn resolves(dependencies: &str) -> Result<(), String> {
     std::fs::create_dir(dir.path().join("src")).unwrap();
     std::fs::write(dir.path().join("src/main.rs"), "fn main() {}\n").unwrap();
     let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--offline", "--format-version", "1"])
+        .args(["generate-lockfile", "--offline"])
         .current_dir(dir.path())
         .env("CARGO_TARGET_DIR", dir.path().join("target"))
         .output()
