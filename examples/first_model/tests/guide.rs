@@ -2,7 +2,8 @@
 //! (or from the acceptance test of the Trainer without the CLI), and the program it builds
 //! trains.
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 
 /// Lines with their indentation removed, blank lines dropped: snippets in the guide start at
 /// column 0 where the source has them indented.
@@ -36,17 +37,22 @@ fn every_rust_snippet_of_the_guide_is_taken_from_compiled_code() {
     }
 }
 
+/// Runs the guide's program in `dir` on this machine's CPU.
+fn first_model(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_first_model"))
+        .args(args)
+        .current_dir(dir)
+        .env("EMBER_INVENTORY", "")
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn the_guide_program_trains_and_validates_its_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_first_model"))
-            .args(args)
-            .arg("--trainer.enable_progress_bar=false")
-            .current_dir(dir.path())
-            .env("EMBER_INVENTORY", "")
-            .output()
-            .unwrap()
+        let args = [args, &["--trainer.enable_progress_bar=false"]].concat();
+        first_model(dir.path(), &args)
     };
     let fit = run(&["fit", "--trainer.max_epochs=20"]);
     let stdout = String::from_utf8_lossy(&fit.stdout);
@@ -155,12 +161,10 @@ fn the_guide_names_the_packages_setup_installs_for_mpi() {
 #[test]
 fn each_epoch_line_shows_the_train_and_validation_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_first_model"))
-        .args(["fit", "--trainer.max_epochs=2", "--trainer.logger=false"])
-        .current_dir(dir.path())
-        .env("EMBER_INVENTORY", "")
-        .output()
-        .unwrap();
+    let out = first_model(
+        dir.path(),
+        &["fit", "--trainer.max_epochs=2", "--trainer.logger=false"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let epochs: Vec<&str> = stderr.lines().filter(|l| l.starts_with("epoch ")).collect();

@@ -16,15 +16,12 @@ fn printed_keys() -> BTreeSet<String> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let yaml = String::from_utf8(out.stdout).unwrap();
-    yaml.lines()
-        .skip_while(|line| *line != "trainer:")
-        .skip(1)
-        .take_while(|line| line.starts_with(' ') || line.starts_with('-'))
-        .filter_map(|line| line.strip_prefix("  "))
-        .filter(|line| !line.starts_with([' ', '-']))
-        .filter_map(|line| line.split(':').next())
-        .map(str::to_owned)
+    let config: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    config["trainer"]
+        .as_mapping()
+        .expect("a trainer section")
+        .keys()
+        .filter_map(|key| key.as_str().map(str::to_owned))
         .collect()
 }
 

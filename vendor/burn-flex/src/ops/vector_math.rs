@@ -12,7 +12,7 @@ const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 /// `erf` is Abramowitz & Stegun's 7.1.26 (absolute error ≤ 1.5e-7, as close to `erff` as f32
 /// holds near ±1); `e^{-x²/2}` is computed once and serves both.
 #[inline(always)]
-pub(crate) fn normal_cdf_pdf(x: f32) -> (f32, f32) {
+fn normal_cdf_pdf(x: f32) -> (f32, f32) {
     const P: f32 = 0.327_591_1;
     const A: [f32; 5] = [
         0.254_829_6,
