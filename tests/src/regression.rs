@@ -1,8 +1,5 @@
 //! A small linear regression whose items carry their index (so tests can see which batches
 //! ran), with its data module: the Trainer's loop tests train it on the cpu backend.
-
-use std::sync::Arc;
-
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
@@ -60,7 +57,7 @@ pub struct Batch<B: Backend> {
 }
 
 /// Stacks items into a [`Batch`].
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct ItemBatcher;
 
 impl<B: Backend> Batcher<B, Item, Batch<B>> for ItemBatcher {
@@ -84,8 +81,6 @@ pub struct Data {
     pub val: usize,
     /// Items per batch.
     pub batch_size: usize,
-    /// The batcher.
-    pub batcher: ItemBatcher,
 }
 
 /// A data module of `train` and `val` items in batches of `batch_size`.
@@ -94,7 +89,6 @@ pub fn data(train: usize, val: usize, batch_size: usize) -> Data {
         train,
         val,
         batch_size,
-        batcher: ItemBatcher,
     }
 }
 
@@ -102,25 +96,12 @@ impl DataModule for Data {
     type Item = Item;
     type Batcher = ItemBatcher;
 
-    fn batcher(&self) -> &ItemBatcher {
-        &self.batcher
-    }
     fn train_loader(&self) -> Option<Loader<Item>> {
-        Some(
-            Loader::new(
-                Arc::new(InMemDataset::new(items(self.train, 0))),
-                self.batch_size,
-            )
-            .shuffled(),
-        )
+        Some(Loader::new(InMemDataset::new(items(self.train, 0)), self.batch_size).shuffled())
     }
     fn val_loader(&self) -> Option<Loader<Item>> {
-        (self.val > 0).then(|| {
-            Loader::new(
-                Arc::new(InMemDataset::new(items(self.val, 10_000))),
-                self.batch_size,
-            )
-        })
+        (self.val > 0)
+            .then(|| Loader::new(InMemDataset::new(items(self.val, 10_000)), self.batch_size))
     }
 }
 

@@ -4,8 +4,6 @@
 //! Inputs are pseudo-random in [-1, 1); each label is the class a fixed random linear teacher
 //! scores highest, so the task is learnable and the same on every run and rank.
 
-use std::sync::Arc;
-
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -123,32 +121,26 @@ impl<B: Backend> Batcher<B, Sample, WideBatch<B>> for WideBatcher {
     }
 }
 
-/// The synthetic data set.
+/// The synthetic data set; the `data` section is its config.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct WideData {
     config: WideDataConfig,
-    batcher: WideBatcher,
 }
 
 impl DataModule for WideData {
     type Item = Sample;
     type Batcher = WideBatcher;
 
-    fn batcher(&self) -> &WideBatcher {
-        &self.batcher
-    }
-
     fn train_loader(&self) -> Option<Loader<Sample>> {
         let set = samples(&self.config, 0, self.config.samples);
-        Some(Loader::new(Arc::new(InMemDataset::new(set)), self.config.batch_size).shuffled())
+        Some(Loader::new(InMemDataset::new(set), self.config.batch_size).shuffled())
     }
 
     fn val_loader(&self) -> Option<Loader<Sample>> {
         let n = self.config.samples / 4;
         let set = samples(&self.config, self.config.samples, n);
-        Some(Loader::new(
-            Arc::new(InMemDataset::new(set)),
-            self.config.batch_size,
-        ))
+        Some(Loader::new(InMemDataset::new(set), self.config.batch_size))
     }
 }
 
@@ -244,20 +236,12 @@ macro_rules! wide_app {
             const NAME: &'static str = $name;
             const ABOUT: &'static str = "A wide MLP on synthetic data (ember's sharding tests)";
             type ModelConfig = WideConfig;
-            type DataConfig = WideDataConfig;
             type Data = WideData;
             type Model<B: AutodiffBackend> = $model<B>;
 
             fn model<B: AutodiffBackend>(config: &WideConfig, device: &B::Device) -> $model<B> {
                 $model {
                     net: Wide::new(config, device),
-                }
-            }
-
-            fn data(config: &WideDataConfig) -> WideData {
-                WideData {
-                    config: config.clone(),
-                    batcher: WideBatcher,
                 }
             }
 

@@ -2,8 +2,6 @@
 //! hyperparameters read from the run rather than stored on the module, loaders without a
 //! data module of its own. Missing steps are named at run time, not refused at compile time.
 
-use std::sync::Arc;
-
 use burn::data::dataset::InMemDataset;
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::SgdConfig;
@@ -54,7 +52,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Bare<B> {
 }
 
 fn loader(n: usize, offset: usize) -> Loader<Item> {
-    Loader::new(Arc::new(InMemDataset::new(items(n, offset))), 8)
+    Loader::new(InMemDataset::new(items(n, offset)), 8)
 }
 
 fn trainer(root: &std::path::Path, lr: f64) -> Trainer<B> {

@@ -346,9 +346,6 @@ struct Unshuffled<'a>(&'a mut Data);
 impl DataModule for Unshuffled<'_> {
     type Item = Item;
     type Batcher = ItemBatcher;
-    fn batcher(&self) -> &ItemBatcher {
-        &self.0.batcher
-    }
     fn train_loader(&self) -> Option<Loader<Item>> {
         self.0.train_loader().map(|mut l| {
             l.shuffle = false;

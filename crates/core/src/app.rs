@@ -25,22 +25,26 @@ use crate::trainer::data::DataModule;
 use crate::trainer::module::{BatcherFor, TrainingModule};
 use crate::trainer::{FitOutcome, Trainer};
 
-/// An application: a model buildable on every backend, its data module, and their configs.
+/// An application: a model buildable on every backend from its config, and its data module.
+///
+/// As in Lightning's `LightningCLI(Model, DataModule)`, the `data` section of the config is
+/// the data module itself: the CLI reads `--data.KEY=VALUE` (and config files) into
+/// [`App::Data`], whose `Default` gives the defaults; state it builds in
+/// [`DataModule::setup`] stays out of the config with `#[serde(skip)]`. The `model` section
+/// is read into [`App::ModelConfig`], from which [`App::model`] builds the model on whichever
+/// backend the run uses. Either may be a serde struct or burn's `#[derive(Config)]` (whose
+/// `Default` is then `Self::new()`, the `#[config(default = …)]` values).
 ///
 /// ```ignore
 /// impl ember::App for Digits {
 ///     const NAME: &'static str = "digits";
 ///     const ABOUT: &'static str = "Train an MLP on 8x8 handwritten digits";
 ///     type ModelConfig = ModelConfig;
-///     type DataConfig = DataConfig;
 ///     type Data = DigitsData;
 ///     type Model<B: AutodiffBackend> = DigitsModel<B>;
 ///
 ///     fn model<B: AutodiffBackend>(config: &ModelConfig, device: &B::Device) -> DigitsModel<B> {
 ///         DigitsModel::new(config, device)
-///     }
-///     fn data(config: &DataConfig) -> DigitsData {
-///         DigitsData::new(config.clone())
 ///     }
 /// }
 /// ```
@@ -51,18 +55,14 @@ pub trait App: 'static {
     const ABOUT: &'static str;
     /// The `model` section of the config (`--model.KEY=VALUE`); its `Default` is the default.
     type ModelConfig: Serialize + DeserializeOwned + Default;
-    /// The `data` section of the config (`--data.KEY=VALUE`).
-    type DataConfig: Serialize + DeserializeOwned + Default;
-    /// The data module.
-    type Data: DataModule;
+    /// The data module, read from the `data` section of the config (`--data.KEY=VALUE`); its
+    /// `Default` is the default.
+    type Data: DataModule + Serialize + DeserializeOwned + Default;
     /// The model on autodiff backend `B`.
     type Model<B: AutodiffBackend>: RunsWith<B, Self::Data>;
 
     /// A freshly initialised model on `device` (the Trainer has seeded the backend).
     fn model<B: AutodiffBackend>(config: &Self::ModelConfig, device: &B::Device) -> Self::Model<B>;
-
-    /// The data module.
-    fn data(config: &Self::DataConfig) -> Self::Data;
 
     /// The trainer flags' defaults for this program (e.g. its own `max_epochs`).
     fn trainer_defaults() -> TrainerFlags {
@@ -77,7 +77,7 @@ where
 {
     /// The CLI of application `A`: its name, about line, config defaults and trainer
     /// defaults. Run it with a registry of [`AppJob`]s: `cli.run(&registry, AppJob::from)`.
-    pub fn for_app<A: App<ModelConfig = M, DataConfig = D>>() -> Self {
+    pub fn for_app<A: App<ModelConfig = M, Data = D>>() -> Self {
         Self::new(A::NAME, A::ABOUT, M::default(), D::default())
             .with_trainer_defaults(A::trainer_defaults())
     }
@@ -159,14 +159,14 @@ pub enum AppOutput {
 pub struct AppJob<A: App> {
     stage: Stage,
     model: A::ModelConfig,
-    data: A::DataConfig,
+    data: A::Data,
     options: TrainerOptions,
     hparams: Value,
     app: PhantomData<A>,
 }
 
-impl<A: App> From<Invocation<A::ModelConfig, A::DataConfig>> for AppJob<A> {
-    fn from(inv: Invocation<A::ModelConfig, A::DataConfig>) -> Self {
+impl<A: App> From<Invocation<A::ModelConfig, A::Data>> for AppJob<A> {
+    fn from(inv: Invocation<A::ModelConfig, A::Data>) -> Self {
         let hparams = crate::cli::config_tree(&inv.trainer, &inv.model, &inv.data);
         Self {
             stage: inv.stage,
@@ -187,7 +187,7 @@ impl<A: App> Job for AppJob<A> {
         hparams["plan"] = serde_json::to_value(plan)?;
         let mut trainer =
             Trainer::<X::Backend>::new::<X>(plan, self.options)?.with_hparams(hparams);
-        let mut data = A::data(&self.data);
+        let mut data = self.data;
         // Under ddp every rank runs this; rank 0 speaks for the run.
         let rank0 = plan.global_rank == 0;
         if rank0 && self.stage != Stage::Fit && trainer.options().ckpt_path.is_none() {

@@ -48,7 +48,9 @@ pub use plugins::strategy::{SingleDevice, Strategy, StrategyParts};
 pub use precision::Precision;
 pub use registry::{Registry, RegistryError};
 pub use strategy::StrategyInfo;
-pub use trainer::data::{DataLoaders, DataModule, Loader, Shard, epoch_permutation};
+pub use trainer::data::{
+    DataLoaders, DataModule, FromDataModule, Given, Loader, Shard, epoch_permutation,
+};
 pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};
 pub use trainer::module::{
@@ -56,4 +58,5 @@ pub use trainer::module::{
     TrainingModule,
 };
 pub use trainer::scaler::GradScaler;
+pub use trainer::stack::Stack;
 pub use trainer::{FitOutcome, Plugin, Trainer, TrainerBuilder};

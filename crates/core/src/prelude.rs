@@ -8,9 +8,10 @@ pub use crate::flags::TrainerFlags;
 pub use crate::optim;
 pub use crate::stage::Stage;
 pub use crate::trainer::Trainer;
-pub use crate::trainer::data::{DataLoaders, DataModule, Loader};
+pub use crate::trainer::data::{DataLoaders, DataModule, FromDataModule, Loader};
 pub use crate::trainer::hparams::Hparams;
 pub use crate::trainer::log::{LogOptions, StepLog};
 pub use crate::trainer::module::{
     LightningModule, Optimizers, Prediction, SchedulerInterval, TrainingModule,
 };
+pub use crate::trainer::stack::Stack;

@@ -14,7 +14,6 @@ use burn::optim::lr_scheduler::exponential::{
 use burn::prelude::*;
 use digits::data::{CLASSES, DigitsBatch, DigitsData};
 use digits::model::loss_and_accuracy;
-use digits::train::DataConfig;
 use ember::FlagError;
 use ember::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -161,16 +160,11 @@ impl App for Conv {
     const NAME: &'static str = "conv";
     const ABOUT: &'static str = "Train a small CNN on 8x8 handwritten digits with ember";
     type ModelConfig = ConvConfig;
-    type DataConfig = DataConfig;
     type Data = DigitsData;
     type Model<B: AutodiffBackend> = ConvNet<B>;
 
     fn model<B: AutodiffBackend>(config: &ConvConfig, device: &B::Device) -> ConvNet<B> {
         ConvNet::new(config, device)
-    }
-
-    fn data(config: &DataConfig) -> DigitsData {
-        DigitsData::new(config.clone())
     }
 
     fn trainer_defaults() -> TrainerFlags {

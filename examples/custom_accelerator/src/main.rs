@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use custom_accelerator::XpuAccelerator;
 use digits::Digits;
+use digits::data::DigitsData;
 use digits::model::ModelConfig;
-use digits::train::DataConfig;
 use ember::{App, AppJob, Cli};
 
 fn main() -> ExitCode {
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         "custom_accelerator",
         "digits on an accelerator registered by the application",
         ModelConfig::default(),
-        DataConfig::default(),
+        DigitsData::default(),
     )
     .with_trainer_defaults(Digits::trainer_defaults())
     .run(&registry, AppJob::from)

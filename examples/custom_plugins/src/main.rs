@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use custom_plugins::{LocalSgd, RenamedElastic, StaticLossScale};
 use digits::Digits;
+use digits::data::DigitsData;
 use digits::model::ModelConfig;
-use digits::train::DataConfig;
 use ember::{App, AppJob, Cli, Registry, RegistryError, StrategyInfo};
 
 /// Optimizer steps between two weight averages of local SGD.
@@ -45,7 +45,7 @@ fn main() -> ExitCode {
         "custom_plugins",
         "digits with a strategy, a precision plugin and a cluster environment of its own",
         ModelConfig::default(),
-        DataConfig::default(),
+        DigitsData::default(),
     )
     .with_trainer_defaults(Digits::trainer_defaults())
     .run(&registry, AppJob::from)

@@ -13,6 +13,7 @@ use ember::{DataModule, Loader, Stage};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
 
 use crate::train::DataConfig;
 
@@ -186,11 +187,15 @@ impl<B: Backend> Batcher<B, DigitItem, DigitsBatch<B>> for DigitsBatcher {
 }
 
 /// The digits data module: a stratified train/val split of the shipped (or a given) file.
-/// Validation, test and predict all use the held-out split.
+/// Validation, test and predict all use the held-out split. The `data` section of the
+/// config is its [`DataConfig`]; the split it loads in `setup` is not part of it.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct DigitsData {
     config: DataConfig,
-    batcher: DigitsBatcher,
+    #[serde(skip)]
     train: Option<Arc<InMemDataset<DigitItem>>>,
+    #[serde(skip)]
     val: Option<Arc<InMemDataset<DigitItem>>>,
 }
 
@@ -199,7 +204,6 @@ impl DigitsData {
     pub fn new(config: DataConfig) -> Self {
         Self {
             config,
-            batcher: DigitsBatcher,
             train: None,
             val: None,
         }
@@ -222,10 +226,6 @@ impl DataModule for DigitsData {
             self.val = Some(Arc::new(InMemDataset::new(val.items())));
         }
         Ok(())
-    }
-
-    fn batcher(&self) -> &DigitsBatcher {
-        &self.batcher
     }
 
     fn train_loader(&self) -> Option<Loader<DigitItem>> {

@@ -8,7 +8,6 @@ use ember::prelude::*;
 
 use crate::data::DigitsData;
 use crate::model::{DigitsModel, ModelConfig};
-use crate::train::DataConfig;
 
 /// Epochs when `--trainer.max_epochs` is not given.
 pub const DEFAULT_EPOCHS: u64 = 30;
@@ -22,16 +21,11 @@ impl App for Digits {
     const NAME: &'static str = "digits";
     const ABOUT: &'static str = "Train an MLP on 8x8 handwritten digits with ember";
     type ModelConfig = ModelConfig;
-    type DataConfig = DataConfig;
     type Data = DigitsData;
     type Model<B: AutodiffBackend> = DigitsModel<B>;
 
     fn model<B: AutodiffBackend>(config: &ModelConfig, device: &B::Device) -> DigitsModel<B> {
         DigitsModel::new(config, device)
-    }
-
-    fn data(config: &DataConfig) -> DigitsData {
-        DigitsData::new(config.clone())
     }
 
     fn trainer_defaults() -> TrainerFlags {

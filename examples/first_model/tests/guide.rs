@@ -177,3 +177,15 @@ fn each_epoch_line_shows_the_train_and_validation_metrics() {
         );
     }
 }
+
+#[test]
+fn a_batch_size_of_0_is_an_error_naming_the_loader_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = first_model(dir.path(), &["fit", "--data.batch_size=0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the train loader (DataModule::train_loader) has batch_size 0"),
+        "{stderr}"
+    );
+}

@@ -151,11 +151,15 @@ impl<B: Backend> Batcher<B, Window, TokenBatch<B>> for TokenBatcher {
 
 /// The corpus as a data module. Validation is one batch of every held-out window, so the
 /// logged `val_loss` is the mean over all of them and `val_ppl` its exponential. `predict`
-/// continues each prompt of the config (a window of the prompt's tokens).
+/// continues each prompt of the config (a window of the prompt's tokens). The `data` section
+/// of the config is its [`DataConfig`]; the windows it loads in `setup` are not part of it.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct CorpusData {
     config: DataConfig,
-    batcher: TokenBatcher,
+    #[serde(skip)]
     train: Option<Arc<InMemDataset<Window>>>,
+    #[serde(skip)]
     val: Option<Arc<InMemDataset<Window>>>,
 }
 
@@ -164,7 +168,6 @@ impl CorpusData {
     pub fn new(config: DataConfig) -> Self {
         Self {
             config,
-            batcher: TokenBatcher,
             train: None,
             val: None,
         }
@@ -182,10 +185,6 @@ impl DataModule for CorpusData {
             self.val = Some(Arc::new(InMemDataset::new(val)));
         }
         Ok(())
-    }
-
-    fn batcher(&self) -> &TokenBatcher {
-        &self.batcher
     }
 
     fn train_loader(&self) -> Option<Loader<Window>> {
@@ -211,7 +210,7 @@ impl DataModule for CorpusData {
             .iter()
             .map(|p| Window(encode(p).into_iter().chain([0]).collect()))
             .collect();
-        Some(Loader::new(Arc::new(InMemDataset::new(prompts)), 1))
+        Some(Loader::new(InMemDataset::new(prompts), 1))
     }
 }
 

@@ -135,16 +135,11 @@ impl App for CharLmApp {
     const ABOUT: &'static str =
         "Train a small character-level transformer language model with ember";
     type ModelConfig = LmConfig;
-    type DataConfig = DataConfig;
     type Data = CorpusData;
     type Model<B: AutodiffBackend> = CharLm<B>;
 
     fn model<B: AutodiffBackend>(config: &LmConfig, device: &B::Device) -> CharLm<B> {
         CharLm::new(config, device)
-    }
-
-    fn data(config: &DataConfig) -> CorpusData {
-        CorpusData::new(config.clone())
     }
 
     fn trainer_defaults() -> TrainerFlags {

@@ -81,15 +81,26 @@ impl<I> Clone for Loader<I> {
 }
 
 impl<I> Loader<I> {
-    /// A loader over `dataset` in its own order.
-    pub fn new(dataset: Arc<dyn Dataset<I>>, batch_size: usize) -> Self {
+    /// A loader over `dataset` (any burn `Dataset`: an `InMemDataset`, an `Arc` of one ...) in
+    /// its own order.
+    pub fn new(dataset: impl Dataset<I> + 'static, batch_size: usize) -> Self {
         Self {
-            dataset,
+            dataset: Arc::new(dataset),
             batch_size,
             shuffle: false,
             drop_last: false,
             shard: Shard::WHOLE,
         }
+    }
+
+    /// This loader, or an error naming it (`which`: train, val, test, predict) when it cannot
+    /// make a batch: a batch size of 0.
+    pub(crate) fn checked(self, which: &str) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            self.batch_size > 0,
+            "the {which} loader (DataModule::{which}_loader) has batch_size 0; a batch needs at least 1 item"
+        );
+        Ok(self)
     }
 
     /// Batches only `shard`'s items of each epoch.
@@ -159,17 +170,16 @@ impl<I> Loader<I> {
 pub trait DataModule {
     /// One item of the datasets.
     type Item: Send + Sync + 'static;
-    /// Turns items into batches on any backend the model needs.
-    type Batcher;
+    /// Turns items into batches on any backend the model needs. A `Default` batcher needs
+    /// nothing more; one that needs the data module's state (a vocabulary, statistics)
+    /// implements [`FromDataModule`] for this data module.
+    type Batcher: FromDataModule<Self>;
 
     /// Prepares what `stage` needs (load files, split ...). Called once per Trainer entry point.
     fn setup(&mut self, stage: Stage) -> anyhow::Result<()> {
         let _ = stage;
         Ok(())
     }
-
-    /// The batcher.
-    fn batcher(&self) -> &Self::Batcher;
 
     /// The training loader.
     fn train_loader(&self) -> Option<Loader<Self::Item>>;
@@ -190,10 +200,37 @@ pub trait DataModule {
     }
 }
 
+/// How a data module's batcher is made, once per Trainer entry point (after
+/// [`DataModule::setup`]). Every `Default` type has it (the default value); a batcher built
+/// from the data module's state implements it:
+///
+/// ```ignore
+/// impl FromDataModule<TextData> for TokenBatcher {
+///     fn from_data_module(data: &TextData) -> Self {
+///         TokenBatcher::new(data.vocabulary())
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not `Default`, so the data module `{D}` cannot make it",
+    label = "the batcher of `{D}`",
+    note = "derive `Default` for the batcher, or implement `ember::FromDataModule<{D}>` for it"
+)]
+pub trait FromDataModule<D: ?Sized> {
+    /// The batcher for `data`.
+    fn from_data_module(data: &D) -> Self;
+}
+
+impl<D: ?Sized, T: Default> FromDataModule<D> for T {
+    fn from_data_module(_data: &D) -> Self {
+        T::default()
+    }
+}
+
 /// A data module made of loaders and a batcher, for a program that needs no `DataModule` of
 /// its own: `trainer.fit(model, &mut DataLoaders::new(batcher).train(train).val(val))`.
 pub struct DataLoaders<I, Bt> {
-    batcher: Bt,
+    batcher: Given<Bt>,
     train: Option<Loader<I>>,
     val: Option<Loader<I>>,
     test: Option<Loader<I>>,
@@ -204,7 +241,7 @@ impl<I, Bt> DataLoaders<I, Bt> {
     /// No loaders yet; `batcher` makes every loader's batches.
     pub fn new(batcher: Bt) -> Self {
         Self {
-            batcher,
+            batcher: Given(Arc::new(batcher)),
             train: None,
             val: None,
             test: None,
@@ -239,11 +276,7 @@ impl<I, Bt> DataLoaders<I, Bt> {
 
 impl<I: Send + Sync + 'static, Bt> DataModule for DataLoaders<I, Bt> {
     type Item = I;
-    type Batcher = Bt;
-
-    fn batcher(&self) -> &Bt {
-        &self.batcher
-    }
+    type Batcher = Given<Bt>;
 
     fn train_loader(&self) -> Option<Loader<I>> {
         self.train.clone()
@@ -259,6 +292,21 @@ impl<I: Send + Sync + 'static, Bt> DataModule for DataLoaders<I, Bt> {
 
     fn predict_loader(&self) -> Option<Loader<I>> {
         self.predict.clone()
+    }
+}
+
+/// The batcher a [`DataLoaders`] was given, shared with the loops.
+pub struct Given<Bt>(Arc<Bt>);
+
+impl<I, Bt> FromDataModule<DataLoaders<I, Bt>> for Given<Bt> {
+    fn from_data_module(data: &DataLoaders<I, Bt>) -> Self {
+        Given(Arc::clone(&data.batcher.0))
+    }
+}
+
+impl<B: Backend, I, O, Bt: Batcher<B, I, O>> Batcher<B, I, O> for Given<Bt> {
+    fn batch(&self, items: Vec<I>, device: &B::Device) -> O {
+        self.0.batch(items, device)
     }
 }
 
@@ -278,7 +326,7 @@ mod tests {
     use burn::data::dataset::InMemDataset;
 
     fn loader(n: usize, batch: usize) -> Loader<usize> {
-        Loader::new(Arc::new(InMemDataset::new((0..n).collect())), batch)
+        Loader::new(InMemDataset::new((0..n).collect()), batch)
     }
 
     #[test]
@@ -296,6 +344,19 @@ mod tests {
         assert_ne!(l.batch_indices(7, 1), batches);
         assert_eq!(l.clone().drop_last().batch_indices(7, 0).len(), 3);
         assert_eq!(loader(10, 3).batch_indices(7, 5)[0], vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_loader_of_batch_size_0_is_refused_by_name() {
+        assert!(loader(10, 1).checked("train").is_ok());
+        let err = match loader(10, 0).checked("val") {
+            Ok(_) => panic!("a loader of batch_size 0 was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("val loader") && err.contains("batch_size 0"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod module;
 mod run;
 pub mod scaler;
 pub(crate) mod signals;
+pub mod stack;
 pub(crate) mod state_gather;
 pub mod summary;
 pub(crate) mod weights;
@@ -46,7 +47,7 @@ use crate::plugins::strategy::Strategy;
 use crate::stage::Stage;
 pub use builder::{Plugin, TrainerBuilder};
 use checkpoint::Checkpoint;
-use data::{DataModule, Loader, Shard};
+use data::{DataModule, FromDataModule, Loader, Shard};
 use loops::evaluation::EvaluationLoop;
 use loops::fit::FitLoop;
 use loops::prediction::PredictionLoop;
@@ -313,10 +314,12 @@ impl<B: AutodiffBackend> Trainer<B> {
         data.setup(Stage::Fit)?;
         let train = data
             .train_loader()
-            .context("fit needs training data: DataModule::train_loader returned None")?;
+            .context("fit needs training data: DataModule::train_loader returned None")?
+            .checked("train")?;
         let shard = self.shard();
         let train = train.sharded(shard);
-        let val = data.val_loader().map(|v| v.sharded(shard));
+        let val = data.val_loader().map(|v| v.checked("val")).transpose()?;
+        let val = val.map(|v| v.sharded(shard));
         let resume_from = self.ckpt_path()?;
         // A flag that does not fit the data is refused before anything is written.
         let schedule = FitSchedule::new(
@@ -329,7 +332,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             eprintln!("{}", summary::summarize(&model));
         }
         let result = FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())
-            .and_then(|fit| fit.run(data.batcher(), (&train, val.as_ref())));
+            .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, val.as_ref())));
         let out = self.finish(run, result)?;
         self.write_curves();
         Ok(out)
@@ -388,7 +391,8 @@ impl<B: AutodiffBackend> Trainer<B> {
         data.setup(Stage::Predict)?;
         let loader = data
             .predict_loader()
-            .context("predict needs data: DataModule::predict_loader returned None")?;
+            .context("predict needs data: DataModule::predict_loader returned None")?
+            .checked("predict")?;
         let model = self.load_weights(model)?;
         let mut run = self.start(Stage::Predict)?;
         let batches = schedule::eval_batches(
@@ -396,8 +400,12 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.options.limit_predict_batches,
             loader.num_batches(),
         );
-        let result =
-            PredictionLoop { batches }.run(self, &mut run, &model, (&loader, data.batcher()));
+        let result = PredictionLoop { batches }.run(
+            self,
+            &mut run,
+            &model,
+            (&loader, &D::Batcher::from_data_module(data)),
+        );
         let values = self.finish(run, result)?;
         values
             .into_iter()
@@ -429,14 +437,15 @@ impl<B: AutodiffBackend> Trainer<B> {
             Stage::Test => (data.test_loader(), self.options.limit_test_batches),
             _ => (data.val_loader(), self.options.limit_val_batches),
         };
+        let which = if stage == Stage::Test { "test" } else { "val" };
         let loader = loader
             .with_context(|| {
                 format!(
-                    "{} needs data: DataModule::{}_loader returned None",
-                    stage.name(),
-                    if stage == Stage::Test { "test" } else { "val" }
+                    "{} needs data: DataModule::{which}_loader returned None",
+                    stage.name()
                 )
             })?
+            .checked(which)?
             .sharded(self.shard());
         let model = self.load_weights(model)?;
         let mut run = self.start(stage)?;
@@ -448,7 +457,12 @@ impl<B: AutodiffBackend> Trainer<B> {
                 _ => c.on_validation_start(x),
             })?;
             let pass = EvaluationLoop { stage, batches };
-            let metrics = pass.run(self, &mut run, &model, (&loader, data.batcher()))?;
+            let metrics = pass.run(
+                self,
+                &mut run,
+                &model,
+                (&loader, &D::Batcher::from_data_module(data)),
+            )?;
             run.publish(&metrics, true)?;
             run.hook(None, |c, x| match stage {
                 Stage::Test => c.on_test_end(x),

@@ -32,8 +32,9 @@ pub enum SchedulerInterval {
 
 /// What `configure_optimizers` returns: the optimizer and its learning-rate scheduler.
 ///
-/// A plain `f64` is a constant learning rate (burn implements `LrScheduler` for it).
-pub struct Optimizers<O, S> {
+/// A plain `f64` is a constant learning rate (burn implements `LrScheduler` for it), and the
+/// default: `Optimizers<Self::Optimizer>`.
+pub struct Optimizers<O, S = f64> {
     /// The optimizer, e.g. `AdamConfig::new().init()`.
     pub optimizer: O,
     /// The scheduler that gives each step's learning rate.
