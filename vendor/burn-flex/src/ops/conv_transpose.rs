@@ -268,11 +268,19 @@ fn conv_transpose3d_impl<T: bytemuck::Pod + Clone + Copy + Send + Sync + burn_ba
         .try_fold(1usize, |acc, &x| acc.checked_mul(x))
         .expect("conv_transpose: output dimensions would overflow");
     let mut output = vec![zero; output_size];
+    let geometry = Col2Im {
+        input: [in_d, in_h, in_w],
+        output: [out_d, out_h, out_w],
+        kernel: [kernel_d, kernel_h, kernel_w],
+        stride: [stride_d, stride_h, stride_w],
+        padding: [pad_d, pad_h, pad_w],
+        dilation: [dilation_d, dilation_h, dilation_w],
+    };
 
-    // Reuse columns buffer across (batch, group) iterations; GEMM overwrites it fully.
-    let mut columns = vec![zero; columns_len];
-
-    for b in 0..batch_size {
+    // One batch item: for each group, columns = W_g^T @ X_g, scattered into its output.
+    // Batch items write disjoint outputs, so they run in parallel; the columns buffer is
+    // reused across an item's groups (GEMM overwrites it fully).
+    let item = |columns: &mut alloc::vec::Vec<T>, (b, out_b): (usize, &mut [T])| {
         for g in 0..groups {
             let ic_start = g * in_channels_per_group;
             let oc_start = g * out_channels_per_group;
@@ -284,7 +292,7 @@ fn conv_transpose3d_impl<T: bytemuck::Pod + Clone + Copy + Send + Sync + burn_ba
             let w_group = &w_data[w_offset..w_offset + in_channels_per_group * col_ch];
 
             gemm_fn(
-                &mut columns,
+                columns,
                 w_group,
                 x_group,
                 col_ch,
@@ -292,59 +300,27 @@ fn conv_transpose3d_impl<T: bytemuck::Pod + Clone + Copy + Send + Sync + burn_ba
                 in_spatial,
             );
 
-            // col2im: scatter columns into output for this (batch, group)
-            let out_base = b * out_channels * out_spatial;
             for oc in 0..out_channels_per_group {
-                let out_ch_base = out_base + (oc_start + oc) * out_spatial;
-                let oc_col_base = oc * k_spatial;
-
-                for kd in 0..kernel_d {
-                    for kh in 0..kernel_h {
-                        for kw in 0..kernel_w {
-                            let k_idx = kd * kernel_h * kernel_w + kh * kernel_w + kw;
-                            let col_base = (oc_col_base + k_idx) * in_spatial;
-
-                            for id in 0..in_d {
-                                let od_raw = id * stride_d + kd * dilation_d;
-                                if od_raw < pad_d {
-                                    continue;
-                                }
-                                let od = od_raw - pad_d;
-                                if od >= out_d {
-                                    continue;
-                                }
-
-                                for ih in 0..in_h {
-                                    let oh_raw = ih * stride_h + kh * dilation_h;
-                                    if oh_raw < pad_h {
-                                        continue;
-                                    }
-                                    let oh = oh_raw - pad_h;
-                                    if oh >= out_h {
-                                        continue;
-                                    }
-
-                                    for iw in 0..in_w {
-                                        let ow_raw = iw * stride_w + kw * dilation_w;
-                                        if ow_raw < pad_w {
-                                            continue;
-                                        }
-                                        let ow = ow_raw - pad_w;
-                                        if ow >= out_w {
-                                            continue;
-                                        }
-
-                                        let s = id * in_h * in_w + ih * in_w + iw;
-                                        let val = columns[col_base + s];
-                                        let out_idx =
-                                            out_ch_base + od * out_h * out_w + oh * out_w + ow;
-                                        output[out_idx] = add_fn(output[out_idx], val);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+                let out_ch = &mut out_b[(oc_start + oc) * out_spatial..][..out_spatial];
+                let oc_columns = &columns[oc * k_spatial * in_spatial..][..k_spatial * in_spatial];
+                geometry.scatter_add(oc_columns, out_ch, add_fn);
+            }
+        }
+    };
+    if output_size > 0 {
+        #[cfg(feature = "rayon")]
+        {
+            use rayon::prelude::*;
+            output
+                .par_chunks_mut(out_channels * out_spatial)
+                .enumerate()
+                .for_each_init(|| vec![zero; columns_len], item);
+        }
+        #[cfg(not(feature = "rayon"))]
+        {
+            let mut columns = vec![zero; columns_len];
+            for pair in output.chunks_mut(out_channels * out_spatial).enumerate() {
+                item(&mut columns, pair);
             }
         }
     }
@@ -369,6 +345,78 @@ fn conv_transpose3d_impl<T: bytemuck::Pod + Clone + Copy + Send + Sync + burn_ba
         Layout::contiguous(out_shape),
         dtype,
     )
+}
+
+/// The geometry of col2im for one output channel: where each kernel position's column of
+/// input positions lands in the output.
+struct Col2Im {
+    input: [usize; 3],
+    output: [usize; 3],
+    kernel: [usize; 3],
+    stride: [usize; 3],
+    padding: [usize; 3],
+    dilation: [usize; 3],
+}
+
+impl Col2Im {
+    /// The input positions along dimension `dim` whose output position for kernel offset `k`,
+    /// `i * stride + k * dilation - padding`, lies in `0..output`.
+    fn inputs_landing_inside(&self, dim: usize, k: usize) -> core::ops::Range<usize> {
+        let offset = k * self.dilation[dim];
+        let (stride, padding) = (self.stride[dim], self.padding[dim]);
+        let first = padding.saturating_sub(offset).div_ceil(stride);
+        let end = (self.output[dim] + padding)
+            .saturating_sub(offset)
+            .div_ceil(stride)
+            .min(self.input[dim]);
+        first..end.max(first)
+    }
+
+    /// Adds `columns` (`[kernel positions, input positions]` of one output channel) into
+    /// `out` (that channel's output), kernel position by kernel position in order, so each
+    /// output element sums its terms in the order of the element-by-element walk.
+    fn scatter_add<T: Copy>(&self, columns: &[T], out: &mut [T], add_fn: fn(T, T) -> T) {
+        let [kernel_d, kernel_h, kernel_w] = self.kernel;
+        let [_, in_h, in_w] = self.input;
+        let [_, out_h, out_w] = self.output;
+        let in_spatial = self.input.iter().product::<usize>();
+        let mut k_idx = 0;
+        for kd in 0..kernel_d {
+            let ids = self.inputs_landing_inside(0, kd);
+            for kh in 0..kernel_h {
+                let ihs = self.inputs_landing_inside(1, kh);
+                for kw in 0..kernel_w {
+                    let iws = self.inputs_landing_inside(2, kw);
+                    let column = &columns[k_idx * in_spatial..][..in_spatial];
+                    k_idx += 1;
+                    if iws.is_empty() {
+                        continue;
+                    }
+                    // First output column of this kernel position (iws.start's).
+                    let ow0 = iws.start * self.stride[2] + kw * self.dilation[2] - self.padding[2];
+                    for id in ids.clone() {
+                        let od = id * self.stride[0] + kd * self.dilation[0] - self.padding[0];
+                        for ih in ihs.clone() {
+                            let oh = ih * self.stride[1] + kh * self.dilation[1] - self.padding[1];
+                            let src = &column[(id * in_h + ih) * in_w..][iws.clone()];
+                            let row = &mut out[(od * out_h + oh) * out_w..][..out_w];
+                            if self.stride[2] == 1 {
+                                for (o, &v) in row[ow0..].iter_mut().zip(src) {
+                                    *o = add_fn(*o, v);
+                                }
+                            } else {
+                                for (o, &v) in
+                                    row[ow0..].iter_mut().step_by(self.stride[2]).zip(src)
+                                {
+                                    *o = add_fn(*o, v);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 // ============================================================================
@@ -440,6 +488,174 @@ conv_transpose_gemm_typed!(
 mod tests {
     use super::*;
     use burn_backend::TensorData;
+
+    /// col2im as 0.21 wrote it: every (kernel position, input position) pair, bounds checked.
+    fn scatter_add_walk(g: &Col2Im, columns: &[f32], out: &mut [f32]) {
+        let [kernel_d, kernel_h, kernel_w] = g.kernel;
+        let [in_d, in_h, in_w] = g.input;
+        let [out_d, out_h, out_w] = g.output;
+        for kd in 0..kernel_d {
+            for kh in 0..kernel_h {
+                for kw in 0..kernel_w {
+                    let k_idx = (kd * kernel_h + kh) * kernel_w + kw;
+                    for id in 0..in_d {
+                        for ih in 0..in_h {
+                            for iw in 0..in_w {
+                                let o = [
+                                    id * g.stride[0] + kd * g.dilation[0],
+                                    ih * g.stride[1] + kh * g.dilation[1],
+                                    iw * g.stride[2] + kw * g.dilation[2],
+                                ];
+                                if (0..3).any(|i| {
+                                    o[i] < g.padding[i] || o[i] - g.padding[i] >= g.output[i]
+                                }) {
+                                    continue;
+                                }
+                                let [od, oh, ow] = core::array::from_fn(|i| o[i] - g.padding[i]);
+                                let s = (id * in_h + ih) * in_w + iw;
+                                out[(od * out_h + oh) * out_w + ow] +=
+                                    columns[k_idx * in_d * in_h * in_w + s];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let _ = out_d;
+    }
+
+    /// Patch 8: col2im over the kernel positions' valid input ranges adds the same terms in
+    /// the same order as the bounds-checked walk, so the outputs are bitwise equal.
+    #[test]
+    fn col2im_over_valid_ranges_equals_the_checked_walk() {
+        // (input, kernel, stride, padding, dilation, padding_out)
+        let cases = [
+            (
+                [1, 8, 8],
+                [1, 3, 3],
+                [1, 1, 1],
+                [0, 1, 1],
+                [1, 1, 1],
+                [0, 0, 0],
+            ),
+            (
+                [1, 4, 5],
+                [1, 3, 3],
+                [1, 2, 2],
+                [0, 1, 1],
+                [1, 1, 1],
+                [0, 1, 1],
+            ),
+            (
+                [2, 5, 4],
+                [2, 2, 3],
+                [2, 1, 3],
+                [1, 0, 2],
+                [1, 2, 1],
+                [1, 0, 2],
+            ),
+            (
+                [1, 3, 3],
+                [1, 5, 5],
+                [1, 1, 1],
+                [0, 2, 2],
+                [1, 1, 1],
+                [0, 0, 0],
+            ),
+            (
+                [1, 6, 7],
+                [1, 3, 2],
+                [1, 3, 2],
+                [0, 0, 0],
+                [1, 2, 3],
+                [0, 2, 1],
+            ),
+        ];
+        for (input, kernel, stride, padding, dilation, padding_out) in cases {
+            let output = core::array::from_fn(|i| {
+                calculate_conv_transpose_output_size(
+                    kernel[i],
+                    stride[i],
+                    padding[i],
+                    padding_out[i],
+                    dilation[i],
+                    input[i],
+                )
+            });
+            let g = Col2Im {
+                input,
+                output,
+                kernel,
+                stride,
+                padding,
+                dilation,
+            };
+            let k: usize = kernel.iter().product();
+            let n_in: usize = input.iter().product();
+            let n_out: usize = output.iter().product();
+            let columns: Vec<f32> = (0..k * n_in)
+                .map(|i| ((i * 2654435761) % 1000) as f32 / 7.0 - 70.0)
+                .collect();
+            let start: Vec<f32> = (0..n_out).map(|i| i as f32 / 3.0).collect();
+            let (mut fast, mut walk) = (start.clone(), start);
+            g.scatter_add(&columns, &mut fast, |a, b| a + b);
+            scatter_add_walk(&g, &columns, &mut walk);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fast), bits(&walk), "{input:?} {kernel:?} {stride:?}");
+        }
+    }
+
+    /// A whole transposed convolution (batch items in parallel, groups) against the formula
+    /// `y[b, g·cpg + co, o] = Σ_ci Σ_k x[b, g·cig + ci, i] · w[g·cig + ci, co, k]`.
+    #[test]
+    fn conv_transpose2d_f32_equals_the_formula() {
+        let ([b, c_in, h, w], groups, c_out_g, k) = ([3, 4, 5, 4], 2, 3, [3, 2]);
+        let opts = ConvTransposeOptions::new([2, 1], [1, 0], [1, 0], [1, 2], groups);
+        let x: Vec<f32> = (0..b * c_in * h * w)
+            .map(|i| (i % 11) as f32 - 5.0)
+            .collect();
+        let wt: Vec<f32> = (0..c_in * c_out_g * k[0] * k[1])
+            .map(|i| (i % 7) as f32 / 4.0 - 0.75)
+            .collect();
+        let y = conv_transpose2d_f32(
+            FlexTensor::from_data(TensorData::new(x.clone(), vec![b, c_in, h, w])),
+            FlexTensor::from_data(TensorData::new(wt.clone(), vec![c_in, c_out_g, k[0], k[1]])),
+            None,
+            &opts,
+        );
+        let shape = y.layout().shape().to_vec();
+        let (oh, ow) = (shape[2], shape[3]);
+        let got: Vec<f32> = y.into_data().to_vec().unwrap();
+        let c_out = c_out_g * groups;
+        let cig = c_in / groups;
+        let mut want = vec![0.0f32; b * c_out * oh * ow];
+        for bi in 0..b {
+            for ci in 0..c_in {
+                let g = ci / cig;
+                for co in 0..c_out_g {
+                    for (ih, iw, kh, kw) in (0..h).flat_map(|ih| {
+                        (0..w).flat_map(move |iw| {
+                            (0..k[0]).flat_map(move |kh| (0..k[1]).map(move |kw| (ih, iw, kh, kw)))
+                        })
+                    }) {
+                        let y0 = (ih * 2 + kh) as isize - 1;
+                        let x0 = (iw + kw * 2) as isize;
+                        if y0 < 0 || y0 >= oh as isize || x0 >= ow as isize {
+                            continue;
+                        }
+                        let out =
+                            ((bi * c_out + g * c_out_g + co) * oh + y0 as usize) * ow + x0 as usize;
+                        want[out] += x[((bi * c_in + ci) * h + ih) * w + iw]
+                            * wt[((ci * c_out_g + co) * k[0] + kh) * k[1] + kw];
+                    }
+                }
+            }
+        }
+        assert_eq!(got.len(), want.len());
+        for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+            assert!((a - e).abs() <= 1e-4 * e.abs().max(1.0), "{i}: {a} vs {e}");
+        }
+    }
 
     #[test]
     fn test_conv_transpose2d_f64() {

@@ -152,6 +152,144 @@ fn pool_output_size(
     }
 }
 
+/// The geometry of a 3D pooling window over one (batch, channel) plane.
+struct PoolWindow {
+    input: [usize; 3],
+    output: [usize; 3],
+    kernel_size: [usize; 3],
+    stride: [usize; 3],
+    padding: [usize; 3],
+    dilation: [usize; 3],
+}
+
+impl PoolWindow {
+    /// Whether every window lies inside the input: no padding, and the last window of each
+    /// dimension ends inside it (ceil mode can make it overhang).
+    fn always_inside(&self) -> bool {
+        (0..3).all(|i| {
+            self.padding[i] == 0
+                && (self.output[i] == 0
+                    || (self.output[i] - 1) * self.stride[i]
+                        + (self.kernel_size[i] - 1) * self.dilation[i]
+                        < self.input[i])
+        })
+    }
+
+    /// The maximum of every window of `x` (one plane) into `out`, and its index in the plane
+    /// into `idx`: the first maximum in window order; a NaN stays once it is the maximum, as
+    /// `>` never replaces it.
+    fn max_pool_plane<T: Copy + PartialOrd>(
+        &self,
+        x: &[T],
+        out: &mut [T],
+        idx: &mut [i64],
+        neg_inf: T,
+    ) {
+        if self.always_inside() {
+            self.max_pool_plane_inside(x, out, idx);
+        } else {
+            self.max_pool_plane_checked(x, out, idx, neg_inf);
+        }
+    }
+
+    /// `max_pool_plane` without bounds checks on the window: the window's first element
+    /// starts the maximum (where the checked walk takes the first element inside).
+    fn max_pool_plane_inside<T: Copy + PartialOrd>(&self, x: &[T], out: &mut [T], idx: &mut [i64]) {
+        let [_, in_h, in_w] = self.input;
+        let [out_d, out_h, out_w] = self.output;
+        let [kernel_d, kernel_h, kernel_w] = self.kernel_size;
+        let [stride_d, stride_h, stride_w] = self.stride;
+        let [dilation_d, dilation_h, dilation_w] = self.dilation;
+        let plane_hw = in_h * in_w;
+        let mut o = 0;
+        for od in 0..out_d {
+            for oh in 0..out_h {
+                for ow in 0..out_w {
+                    let start = od * stride_d * plane_hw + oh * stride_h * in_w + ow * stride_w;
+                    let (mut max_val, mut max_idx) = (x[start], start);
+                    for kd in 0..kernel_d {
+                        for kh in 0..kernel_h {
+                            let row = start + kd * dilation_d * plane_hw + kh * dilation_h * in_w;
+                            for kw in 0..kernel_w {
+                                let i = row + kw * dilation_w;
+                                let val = x[i];
+                                if val > max_val {
+                                    max_val = val;
+                                    max_idx = i;
+                                }
+                            }
+                        }
+                    }
+                    out[o] = max_val;
+                    idx[o] = max_idx as i64;
+                    o += 1;
+                }
+            }
+        }
+    }
+
+    /// `max_pool_plane` for windows that may reach into the padding.
+    fn max_pool_plane_checked<T: Copy + PartialOrd>(
+        &self,
+        x: &[T],
+        out: &mut [T],
+        idx: &mut [i64],
+        neg_inf: T,
+    ) {
+        let [in_d, in_h, in_w] = self.input;
+        let [out_d, out_h, out_w] = self.output;
+        let [kernel_d, kernel_h, kernel_w] = self.kernel_size;
+        let [stride_d, stride_h, stride_w] = self.stride;
+        let [pad_d, pad_h, pad_w] = self.padding;
+        let [dilation_d, dilation_h, dilation_w] = self.dilation;
+        for od in 0..out_d {
+            for oh in 0..out_h {
+                for ow in 0..out_w {
+                    let out_idx = od * out_h * out_w + oh * out_w + ow;
+                    let mut max_val = neg_inf;
+                    let mut max_idx: i64 = -1;
+
+                    for kd in 0..kernel_d {
+                        let id = (od * stride_d + kd * dilation_d) as isize - pad_d as isize;
+                        if id < 0 || id >= in_d as isize {
+                            continue;
+                        }
+                        let id = id as usize;
+
+                        for kh in 0..kernel_h {
+                            let ih = (oh * stride_h + kh * dilation_h) as isize - pad_h as isize;
+                            if ih < 0 || ih >= in_h as isize {
+                                continue;
+                            }
+                            let ih = ih as usize;
+
+                            for kw in 0..kernel_w {
+                                let iw =
+                                    (ow * stride_w + kw * dilation_w) as isize - pad_w as isize;
+                                if iw < 0 || iw >= in_w as isize {
+                                    continue;
+                                }
+                                let iw = iw as usize;
+
+                                let x_idx = id * in_h * in_w + ih * in_w + iw;
+                                let val = x[x_idx];
+
+                                if max_idx < 0 || val > max_val {
+                                    max_val = val;
+                                    max_idx = x_idx as i64;
+                                }
+                            }
+                        }
+                    }
+
+                    out[out_idx] = max_val;
+                    idx[out_idx] = max_idx;
+                }
+            }
+        }
+    }
+}
+
 // ============================================================================
 // Max Pool 3D - core implementation
 // ============================================================================
@@ -209,157 +347,55 @@ where
 
     let batch_size = x_shape[0];
     let channels = x_shape[1];
-    let in_d = x_shape[2];
-    let in_h = x_shape[3];
-    let in_w = x_shape[4];
+    let input = [x_shape[2], x_shape[3], x_shape[4]];
+    let output: [usize; 3] = core::array::from_fn(|i| {
+        pool_output_size(
+            input[i],
+            kernel_size[i],
+            padding[i],
+            stride[i],
+            dilation[i],
+            ceil_mode,
+        )
+    });
+    let window = PoolWindow {
+        input,
+        output,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+    };
+    let [out_d, out_h, out_w] = output;
 
-    let [kernel_d, kernel_h, kernel_w] = kernel_size;
-    let [stride_d, stride_h, stride_w] = stride;
-    let [pad_d, pad_h, pad_w] = padding;
-    let [dilation_d, dilation_h, dilation_w] = dilation;
-
-    let out_d = pool_output_size(in_d, kernel_d, pad_d, stride_d, dilation_d, ceil_mode);
-    let out_h = pool_output_size(in_h, kernel_h, pad_h, stride_h, dilation_h, ceil_mode);
-    let out_w = pool_output_size(in_w, kernel_w, pad_w, stride_w, dilation_w, ceil_mode);
-
-    let spatial_out = out_d * out_h * out_w;
+    let spatial_in = input.iter().product::<usize>();
+    let spatial_out = output.iter().product::<usize>();
     let x_data: &[T] = x.storage();
 
-    let (output, indices) = {
+    let mut output = vec![neg_inf; batch_size * channels * spatial_out];
+    let mut indices = vec![-1i64; batch_size * channels * spatial_out];
+    // One (batch, channel) plane at a time; rayon picks the granularity over all of them.
+    let plane = |(bc, (out, idx)): (usize, (&mut [T], &mut [i64]))| {
+        let x_plane = &x_data[bc * spatial_in..(bc + 1) * spatial_in];
+        window.max_pool_plane(x_plane, out, idx, neg_inf);
+    };
+    if spatial_out > 0 {
         #[cfg(feature = "rayon")]
         {
             use rayon::prelude::*;
-
-            let mut output = vec![neg_inf; batch_size * channels * spatial_out];
-            let mut indices = vec![-1i64; batch_size * channels * spatial_out];
-            let out_ptr = crate::ops::SendMutPtr::new(output.as_mut_ptr());
-            let idx_ptr = crate::ops::SendMutPtr::new(indices.as_mut_ptr());
-
-            // Flatten batch*channels into a single par_iter so rayon chooses
-            // the right granularity instead of creating one task per channel.
-            let bc_total = batch_size * channels;
-            (0..bc_total).into_par_iter().for_each(|bc| {
-                let b = bc / channels;
-                let c = bc % channels;
-                let x_offset = b * channels * in_d * in_h * in_w + c * in_d * in_h * in_w;
-                let out_offset = bc * spatial_out;
-
-                for od in 0..out_d {
-                    for oh in 0..out_h {
-                        for ow in 0..out_w {
-                            let out_idx = out_offset + od * out_h * out_w + oh * out_w + ow;
-                            let mut max_val = neg_inf;
-                            let mut max_idx: i64 = -1;
-
-                            for kd in 0..kernel_d {
-                                let id =
-                                    (od * stride_d + kd * dilation_d) as isize - pad_d as isize;
-                                if id < 0 || id >= in_d as isize {
-                                    continue;
-                                }
-                                let id = id as usize;
-
-                                for kh in 0..kernel_h {
-                                    let ih =
-                                        (oh * stride_h + kh * dilation_h) as isize - pad_h as isize;
-                                    if ih < 0 || ih >= in_h as isize {
-                                        continue;
-                                    }
-                                    let ih = ih as usize;
-
-                                    for kw in 0..kernel_w {
-                                        let iw = (ow * stride_w + kw * dilation_w) as isize
-                                            - pad_w as isize;
-                                        if iw < 0 || iw >= in_w as isize {
-                                            continue;
-                                        }
-                                        let iw = iw as usize;
-
-                                        let x_idx = x_offset + id * in_h * in_w + ih * in_w + iw;
-                                        let val = x_data[x_idx];
-
-                                        if max_idx < 0 || val > max_val {
-                                            max_val = val;
-                                            max_idx = (id * in_h * in_w + ih * in_w + iw) as i64;
-                                        }
-                                    }
-                                }
-                            }
-
-                            unsafe {
-                                out_ptr.write(out_idx, max_val);
-                                idx_ptr.write(out_idx, max_idx);
-                            }
-                        }
-                    }
-                }
-            });
-            (output, indices)
+            output
+                .par_chunks_mut(spatial_out)
+                .zip(indices.par_chunks_mut(spatial_out))
+                .enumerate()
+                .for_each(plane);
         }
         #[cfg(not(feature = "rayon"))]
-        {
-            let mut output = vec![neg_inf; batch_size * channels * spatial_out];
-            let mut indices = vec![-1i64; batch_size * channels * spatial_out];
-
-            for b in 0..batch_size {
-                for c in 0..channels {
-                    let x_offset = b * channels * in_d * in_h * in_w + c * in_d * in_h * in_w;
-                    let out_offset = b * channels * spatial_out + c * spatial_out;
-
-                    for od in 0..out_d {
-                        for oh in 0..out_h {
-                            for ow in 0..out_w {
-                                let out_idx = out_offset + od * out_h * out_w + oh * out_w + ow;
-                                let mut max_val = neg_inf;
-                                let mut max_idx: i64 = -1;
-
-                                for kd in 0..kernel_d {
-                                    let id =
-                                        (od * stride_d + kd * dilation_d) as isize - pad_d as isize;
-                                    if id < 0 || id >= in_d as isize {
-                                        continue;
-                                    }
-                                    let id = id as usize;
-
-                                    for kh in 0..kernel_h {
-                                        let ih = (oh * stride_h + kh * dilation_h) as isize
-                                            - pad_h as isize;
-                                        if ih < 0 || ih >= in_h as isize {
-                                            continue;
-                                        }
-                                        let ih = ih as usize;
-
-                                        for kw in 0..kernel_w {
-                                            let iw = (ow * stride_w + kw * dilation_w) as isize
-                                                - pad_w as isize;
-                                            if iw < 0 || iw >= in_w as isize {
-                                                continue;
-                                            }
-                                            let iw = iw as usize;
-
-                                            let x_idx =
-                                                x_offset + id * in_h * in_w + ih * in_w + iw;
-                                            let val = x_data[x_idx];
-
-                                            if max_idx < 0 || val > max_val {
-                                                max_val = val;
-                                                max_idx =
-                                                    (id * in_h * in_w + ih * in_w + iw) as i64;
-                                            }
-                                        }
-                                    }
-                                }
-
-                                output[out_idx] = max_val;
-                                indices[out_idx] = max_idx;
-                            }
-                        }
-                    }
-                }
-            }
-            (output, indices)
-        }
-    };
+        output
+            .chunks_mut(spatial_out)
+            .zip(indices.chunks_mut(spatial_out))
+            .enumerate()
+            .for_each(plane);
+    }
 
     let out_shape = Shape::from(vec![batch_size, channels, out_d, out_h, out_w]);
     let output_tensor = FlexTensor::new(
@@ -1730,6 +1766,73 @@ fn convert_f32_to_bf16(tensor: &FlexTensor) -> FlexTensor {
 mod tests {
     use super::*;
     use burn_backend::TensorData;
+
+    /// Patch 7: windows that lie inside the input skip the bounds checks and give the
+    /// checked walk's values and indices, bitwise: ties keep the first maximum, NaN stays.
+    #[test]
+    fn windows_inside_the_input_equal_the_checked_walk() {
+        // (input, kernel, stride, dilation, ceil_mode)
+        let cases = [
+            ([1, 8, 8], [1, 2, 2], [1, 2, 2], [1, 1, 1], false),
+            ([1, 7, 9], [1, 3, 2], [1, 2, 3], [1, 1, 1], false),
+            ([1, 9, 9], [1, 3, 3], [1, 1, 1], [1, 2, 2], false),
+            ([3, 6, 5], [2, 2, 2], [1, 2, 1], [2, 1, 1], false),
+            ([1, 8, 8], [1, 2, 2], [1, 2, 2], [1, 1, 1], true),
+            ([1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], false),
+        ];
+        for (input, kernel_size, stride, dilation, ceil_mode) in cases {
+            let output: [usize; 3] = core::array::from_fn(|i| {
+                pool_output_size(
+                    input[i],
+                    kernel_size[i],
+                    0,
+                    stride[i],
+                    dilation[i],
+                    ceil_mode,
+                )
+            });
+            let window = PoolWindow {
+                input,
+                output,
+                kernel_size,
+                stride,
+                padding: [0; 3],
+                dilation,
+            };
+            assert!(window.always_inside(), "{input:?} {kernel_size:?}");
+            let n: usize = input.iter().product();
+            // Few distinct values (ties), and a NaN at two places.
+            let mut x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 5) as f32).collect();
+            x[n / 2] = f32::NAN;
+            x[n - 1] = f32::NAN;
+            let m: usize = output.iter().product();
+            let (mut fast, mut fast_idx) = (vec![0.0; m], vec![0; m]);
+            let (mut checked, mut checked_idx) = (vec![0.0; m], vec![0; m]);
+            window.max_pool_plane_inside(&x, &mut fast, &mut fast_idx);
+            window.max_pool_plane_checked(&x, &mut checked, &mut checked_idx, f32::NEG_INFINITY);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fast), bits(&checked), "{input:?} {kernel_size:?}");
+            assert_eq!(fast_idx, checked_idx, "{input:?} {kernel_size:?}");
+        }
+    }
+
+    #[test]
+    fn windows_reaching_into_padding_or_past_the_end_take_the_checked_walk() {
+        let window = |padding, ceil_mode| {
+            let output = core::array::from_fn(|_| pool_output_size(5, 2, padding, 2, 1, ceil_mode));
+            PoolWindow {
+                input: [5; 3],
+                output,
+                kernel_size: [2; 3],
+                stride: [2; 3],
+                padding: [padding; 3],
+                dilation: [1; 3],
+            }
+        };
+        assert!(window(0, false).always_inside());
+        assert!(!window(1, false).always_inside());
+        assert!(!window(0, true).always_inside());
+    }
 
     #[test]
     fn test_pool_output_size() {
