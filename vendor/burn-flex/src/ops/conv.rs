@@ -246,7 +246,7 @@ fn conv3d_impl<T: bytemuck::Pod + Clone + Copy + burn_backend::Element + Send + 
     dtype: DType,
     zero: T,
     gemm_fn: fn(&[T], &[T], usize, usize, usize) -> Vec<T>,
-    add_fn: fn(T, T) -> T,
+    add_fn: impl Fn(T, T) -> T + Copy + Send + Sync,
 ) -> FlexTensor {
     let x = x.to_contiguous();
     let weight = weight.to_contiguous();
@@ -642,7 +642,7 @@ fn conv3d_1x1_impl<T: bytemuck::Pod + Clone + Copy + burn_backend::Element + Sen
     dtype: DType,
     zero: T,
     one: T,
-    add_fn: fn(T, T) -> T,
+    add_fn: impl Fn(T, T) -> T + Copy + Send + Sync,
 ) -> FlexTensor {
     let x = x.to_contiguous();
     let weight = weight.to_contiguous();
@@ -1580,7 +1580,7 @@ fn conv3d_direct_impl<T: bytemuck::Pod + Clone + Copy + burn_backend::Element + 
     dtype: DType,
     zero: T,
     one: T,
-    add_fn: fn(T, T) -> T,
+    add_fn: impl Fn(T, T) -> T + Copy + Send + Sync,
 ) -> FlexTensor {
     let x = x.to_contiguous();
     let weight = weight.to_contiguous();

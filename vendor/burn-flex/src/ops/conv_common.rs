@@ -96,7 +96,7 @@ pub(crate) fn add_bias<T: Copy>(
     batch: usize,
     channels: usize,
     spatial: usize,
-    add_fn: fn(T, T) -> T,
+    add_fn: impl Fn(T, T) -> T,
 ) {
     for b in 0..batch {
         for c in 0..channels {

@@ -205,7 +205,7 @@ fn conv_transpose3d_impl<T: bytemuck::Pod + Clone + Copy + Send + Sync + burn_ba
     dtype: DType,
     zero: T,
     gemm_fn: ConvTransposeGemmFn<T>,
-    add_fn: fn(T, T) -> T,
+    add_fn: impl Fn(T, T) -> T + Copy + Send + Sync,
 ) -> FlexTensor {
     let x = x.to_contiguous();
     let weight = weight.to_contiguous();
@@ -375,7 +375,7 @@ impl Col2Im {
     /// Adds `columns` (`[kernel positions, input positions]` of one output channel) into
     /// `out` (that channel's output), kernel position by kernel position in order, so each
     /// output element sums its terms in the order of the element-by-element walk.
-    fn scatter_add<T: Copy>(&self, columns: &[T], out: &mut [T], add_fn: fn(T, T) -> T) {
+    fn scatter_add<T: Copy>(&self, columns: &[T], out: &mut [T], add_fn: impl Fn(T, T) -> T) {
         let [kernel_d, kernel_h, kernel_w] = self.kernel;
         let [_, in_h, in_w] = self.input;
         let [_, out_h, out_w] = self.output;

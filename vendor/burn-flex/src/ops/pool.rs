@@ -213,10 +213,10 @@ impl PoolWindow {
                             for kw in 0..kernel_w {
                                 let i = row + kw * dilation_w;
                                 let val = x[i];
-                                if val > max_val {
-                                    max_val = val;
-                                    max_idx = i;
-                                }
+                                // Selects, not a branch: which element wins is data.
+                                let greater = val > max_val;
+                                max_val = if greater { val } else { max_val };
+                                max_idx = if greater { i } else { max_idx };
                             }
                         }
                     }
