@@ -176,24 +176,10 @@ impl PoolWindow {
     }
 
     /// The maximum of every window of `x` (one plane) into `out`, and its index in the plane
-    /// into `idx`: the first maximum in window order; a NaN stays once it is the maximum, as
-    /// `>` never replaces it.
-    fn max_pool_plane<T: Copy + PartialOrd>(
-        &self,
-        x: &[T],
-        out: &mut [T],
-        idx: &mut [i64],
-        neg_inf: T,
-    ) {
-        if self.always_inside() {
-            self.max_pool_plane_inside(x, out, idx);
-        } else {
-            self.max_pool_plane_checked(x, out, idx, neg_inf);
-        }
-    }
-
-    /// `max_pool_plane` without bounds checks on the window: the window's first element
-    /// starts the maximum (where the checked walk takes the first element inside).
+    /// into `idx`, for a geometry whose windows are `always_inside`: no bounds checks, the
+    /// window's first element starts the maximum. Values and indices are those of
+    /// `max_pool_plane_checked`: the first maximum in window order; a NaN stays once it is the
+    /// maximum, as `>` never replaces it.
     fn max_pool_plane_inside<T: Copy + PartialOrd>(&self, x: &[T], out: &mut [T], idx: &mut [i64]) {
         let [_, in_h, in_w] = self.input;
         let [out_d, out_h, out_w] = self.output;
@@ -228,7 +214,8 @@ impl PoolWindow {
         }
     }
 
-    /// `max_pool_plane` for windows that may reach into the padding.
+    /// The maximum of every window and its index (as `max_pool_plane_inside`) for windows
+    /// that may reach into the padding.
     fn max_pool_plane_checked<T: Copy + PartialOrd>(
         &self,
         x: &[T],
@@ -375,9 +362,14 @@ where
     let mut output = vec![neg_inf; batch_size * channels * spatial_out];
     let mut indices = vec![-1i64; batch_size * channels * spatial_out];
     // One (batch, channel) plane at a time; rayon picks the granularity over all of them.
+    let inside = window.always_inside();
     let plane = |(bc, (out, idx)): (usize, (&mut [T], &mut [i64]))| {
         let x_plane = &x_data[bc * spatial_in..(bc + 1) * spatial_in];
-        window.max_pool_plane(x_plane, out, idx, neg_inf);
+        if inside {
+            window.max_pool_plane_inside(x_plane, out, idx);
+        } else {
+            window.max_pool_plane_checked(x_plane, out, idx, neg_inf);
+        }
     };
     if spatial_out > 0 {
         #[cfg(feature = "rayon")]
