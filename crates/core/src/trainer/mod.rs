@@ -305,6 +305,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         D: DataModule,
         D::Batcher: BatcherFor<B, D::Item, M>,
     {
+        weights::materialize(&model);
         if self.options.enable_checkpointing
             && !self.callbacks.iter().any(|c| c.is_model_checkpoint())
         {
@@ -388,6 +389,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
+        weights::materialize(&model);
         data.setup(Stage::Predict)?;
         let loader = data
             .predict_loader()
@@ -432,6 +434,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
+        weights::materialize(&model);
         data.setup(stage)?;
         let (loader, limit) = match stage {
             Stage::Test => (data.test_loader(), self.options.limit_test_batches),

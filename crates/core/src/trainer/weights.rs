@@ -25,6 +25,34 @@ pub fn weights_of<B: Backend, M: Module<B>>(model: &M) -> anyhow::Result<Vec<Wei
     Ok(collect.weights)
 }
 
+/// Initialises every lazily created parameter of `model` in place, in visit order.
+///
+/// burn creates parameters lazily: each draws its random values when it is first read, and a
+/// clone of a model not yet read initialises its own copy. Left so, a model's initial weights
+/// would depend on which code reads them first (under ddp, rank 0's model summary changed the
+/// weights every rank trained from). Every entry point of the Trainer calls this first, so the
+/// initial weights are the draws that follow the seed, whatever the run prints or writes.
+pub(crate) fn materialize<B: Backend, M: Module<B>>(model: &M) {
+    model.visit(&mut Materialize);
+}
+
+/// Reads every parameter once (reading one initialises it).
+struct Materialize;
+
+impl<B: Backend> ModuleVisitor<B> for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
+        let _ = param.val();
+    }
+
+    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
+        let _ = param.val();
+    }
+}
+
 /// Brings burn's `RunningState`s (batch-norm statistics) up to date. A training step leaves
 /// its update pending until the next step reads it, so a visitor would see the value from
 /// one step before; recording the module syncs them, and a module's clones share its running
