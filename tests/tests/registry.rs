@@ -73,3 +73,113 @@ fn an_injected_accelerator_the_machine_lacks_is_refused_at_run_time() {
     assert!(e.message.contains("unset EMBER_INVENTORY to train"), "{e}");
     assert!(registry.run(WhoRuns, &plan, &inventory).is_err());
 }
+
+/// A precision plugin that runs on one process only.
+struct OneProcessBf16;
+
+impl ember::PrecisionPlugin for OneProcessBf16 {
+    fn name(&self) -> &str {
+        "bf16-one"
+    }
+    fn precision(&self) -> ember::Precision {
+        ember::Precision::Bf16Mixed
+    }
+    fn check_plan(&self, plan: &ember::Plan) -> Result<(), String> {
+        match plan.world_size {
+            1 => Ok(()),
+            n => Err(format!("it keeps no state across {n} processes")),
+        }
+    }
+}
+
+/// ember's local environment under another name, refusing `ddp_sharded`.
+struct NoSharding;
+
+impl ember::ClusterEnvironment for NoSharding {
+    fn name(&self) -> &str {
+        "nosharding"
+    }
+    fn description(&self) -> &str {
+        "local, without ddp_sharded"
+    }
+    fn detect(&self, env: &ember::Env) -> bool {
+        env.contains_key("NO_SHARDING")
+    }
+    fn creates_processes_externally(&self) -> bool {
+        false
+    }
+    fn ranks(
+        &self,
+        env: &ember::Env,
+        devices: usize,
+        nodes: usize,
+    ) -> ember::error::PlanResult<ember::Ranks> {
+        ember::cluster::LocalEnvironment.ranks(env, devices, nodes)
+    }
+    fn check_plan(&self, plan: &ember::Plan) -> Result<(), String> {
+        match plan.strategy.as_str() {
+            "ddp_sharded" => Err("its nodes share no memory for sharding".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Issue 32.4: a registered strategy, precision plugin or cluster environment refuses a plan
+/// while it is planned, as an error of the flag that chose it (the CLI exits 2 with it).
+#[test]
+fn registered_plugins_refuse_plans_at_plan_time() {
+    let registry = registry::<WhoRuns>()
+        .register_strategy(
+            ember::StrategyInfo::new("pairs", "two ranks exactly", true).with_check(|plan| {
+                match plan.world_size {
+                    2 => Ok(()),
+                    n => Err(format!("it pairs ranks, and {n} is not 2")),
+                }
+            }),
+            |parts| Ok(Box::new(ember::Ddp::new(parts))),
+        )
+        .unwrap()
+        .register_precision("bf16-one", "one process only", || OneProcessBf16)
+        .unwrap()
+        .register_cluster_environment(NoSharding)
+        .unwrap();
+    let inventory = Inventory::parse("", registry.catalog()).unwrap();
+    let plan = |flags: TrainerFlags, env: &[(&str, &str)]| {
+        ember::connect(
+            &flags,
+            &ember_acceptance::env(env),
+            &inventory,
+            registry.catalog(),
+        )
+    };
+    let two = || TrainerFlags::default().devices(ember::DevicesFlag::Count(2));
+
+    assert_eq!(plan(two().strategy("pairs"), &[]).unwrap().world_size, 2);
+    let err = plan(TrainerFlags::default().strategy("pairs"), &[]).unwrap_err();
+    assert_eq!(
+        (err.flag.as_str(), err.value.as_str()),
+        ("--trainer.strategy", "pairs")
+    );
+    assert!(err.message.contains("1 is not 2"), "{err}");
+
+    assert!(plan(TrainerFlags::default().precision("bf16-one"), &[]).is_ok());
+    let err = plan(two().precision("bf16-one"), &[]).unwrap_err();
+    assert_eq!(
+        (err.flag.as_str(), err.value.as_str()),
+        ("--trainer.precision", "bf16-one")
+    );
+    assert!(err.message.contains("across 2 processes"), "{err}");
+    let err = plan(two().plugins(&["bf16-one"]), &[]).unwrap_err();
+    assert_eq!(err.flag, "--trainer.plugins");
+
+    let sharded = || two().strategy("ddp_sharded");
+    assert!(plan(sharded(), &[]).is_ok(), "only when nosharding runs");
+    let err = plan(sharded(), &[("NO_SHARDING", "1")]).unwrap_err();
+    assert_eq!(
+        (err.flag.as_str(), err.value.as_str()),
+        ("--trainer.cluster_environment", "auto")
+    );
+    assert!(err.message.contains("nosharding") && err.message.contains("share no memory"));
+    let err = plan(sharded().plugins(&["nosharding"]), &[]).unwrap_err();
+    assert_eq!(err.flag, "--trainer.plugins");
+}

@@ -11,8 +11,8 @@
 pub mod accelerator;
 pub mod app;
 pub use ember_plan::{
-    catalog, cluster, collective, config, connector, devices, error, flags, inventory, options,
-    plan, precision, stage, strategy,
+    catalog, check, cluster, collective, config, connector, devices, error, flags, inventory,
+    options, plan, precision, stage, strategy,
 };
 pub mod callbacks;
 pub mod checkpoint_io;
@@ -30,6 +30,7 @@ pub mod trainer;
 pub use accelerator::{Accelerator, AcceleratorKind, DeviceOf, DeviceStats};
 pub use app::{App, AppJob, AppOutput, RunsWith};
 pub use catalog::{AcceleratorSpec, Catalog};
+pub use check::PlanCheck;
 pub use cli::{Cli, CliOutcome, Invocation};
 pub use cluster::{ClusterEnvironment, Env, Ranks};
 pub use connector::connect;

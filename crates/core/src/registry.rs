@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::accelerator::{self, Accelerator, AcceleratorKind};
 use crate::catalog::{Catalog, PluginInfo, PluginKind, RESERVED_ACCELERATOR_NAMES};
+use crate::check::PlanCheck;
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::collective::Engine;
@@ -205,8 +206,10 @@ impl<J: Job> Registry<J> {
         factory: impl Fn() -> P + 'static,
     ) -> Result<Self, RegistryError> {
         let base = factory().precision();
-        self.add_plugin(name, description, PluginKind::Precision(base))?;
         let factory = Arc::new(move || Box::new(factory()) as Box<dyn PrecisionPlugin>);
+        let build = Arc::clone(&factory);
+        let check = PlanCheck::new(move |plan| build().check_plan(plan));
+        self.add_plugin(name, description, PluginKind::Precision(base), Some(check))?;
         PluginFactories::set(&mut self.factories.precisions, name, factory);
         Ok(self)
     }
@@ -219,7 +222,7 @@ impl<J: Job> Registry<J> {
         description: &str,
         factory: impl Fn() -> C + 'static,
     ) -> Result<Self, RegistryError> {
-        self.add_plugin(name, description, PluginKind::CheckpointIo)?;
+        self.add_plugin(name, description, PluginKind::CheckpointIo, None)?;
         let factory = Arc::new(move || Arc::new(factory()) as Arc<dyn CheckpointIO>);
         PluginFactories::set(&mut self.factories.checkpoint_ios, name, factory);
         Ok(self)
@@ -261,12 +264,14 @@ impl<J: Job> Registry<J> {
         name: &str,
         description: &str,
         kind: PluginKind,
+        check: Option<PlanCheck>,
     ) -> Result<(), RegistryError> {
         self.check_free("plugin", name)?;
         self.catalog.plugins.push(PluginInfo {
             name: name.to_owned(),
             description: description.to_owned(),
             kind,
+            check,
         });
         Ok(())
     }

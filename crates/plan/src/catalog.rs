@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::accelerator::AcceleratorKind;
+use crate::check::PlanCheck;
 use crate::cluster::{ClusterEnvironment, builtin_environments};
 use crate::devices::DevicesFlag;
 use crate::error::list;
@@ -67,6 +68,8 @@ pub struct PluginInfo {
     pub description: String,
     /// What it is.
     pub kind: PluginKind,
+    /// Its plan-time check; `None` accepts every plan.
+    pub check: Option<PlanCheck>,
 }
 
 /// Registered accelerators, strategies, plugins and cluster environments, in registration order.
@@ -147,16 +150,35 @@ impl Catalog {
         names
     }
 
-    /// Every name `--trainer.plugins` accepts: registered plugins, cluster environments and
-    /// process group backends.
+    /// Every name `--trainer.plugins` accepts, by kind: registered plugins, cluster
+    /// environments, process group backends. Each name is listed once, as what it selects
+    /// there: `mpi` is the process group backend (the `mpi` cluster environment is chosen with
+    /// `--trainer.cluster_environment=mpi` or detected).
     pub fn plugin_choices(&self) -> String {
-        list(
-            self.plugins
-                .iter()
-                .map(|p| p.name.as_str())
-                .chain(self.cluster_environment_names())
-                .chain(self.process_group_backends()),
-        )
+        let backends = self.process_group_backends();
+        let environments = self
+            .cluster_environment_names()
+            .filter(|n| !backends.contains(n))
+            .collect();
+        let plugins = self.plugins.iter().map(|p| p.name.as_str()).collect();
+        [
+            ("precision plugins and checkpoint IOs", plugins),
+            ("cluster environments", environments),
+            ("process group backends", backends),
+        ]
+        .into_iter()
+        .filter(|(_, names): &(_, Vec<&str>)| !names.is_empty())
+        .map(|(what, names)| format!("{what}: {}", list(names)))
+        .collect::<Vec<_>>()
+        .join("; ")
+    }
+
+    /// The registered precision plugins' names, in registration order.
+    pub fn precision_plugin_names(&self) -> impl Iterator<Item = &str> {
+        self.plugins
+            .iter()
+            .filter(|p| matches!(p.kind, PluginKind::Precision(_)))
+            .map(|p| p.name.as_str())
     }
 
     /// `auto, gpu, cpu, cuda, ...`: every name `--trainer.accelerator` accepts.

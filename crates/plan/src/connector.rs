@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use crate::accelerator::AcceleratorKind;
-use crate::catalog::{AcceleratorSpec, BUILTIN_ACCELERATOR_FEATURES, Catalog, PluginKind};
+use crate::catalog::{
+    AcceleratorSpec, BUILTIN_ACCELERATOR_FEATURES, Catalog, PluginInfo, PluginKind,
+};
 use crate::cluster::{self, ClusterEnvironment, Env, Ranks};
 use crate::error::{FlagError, PlanResult, list};
 use crate::flags::TrainerFlags;
@@ -35,6 +37,7 @@ pub fn connect(
     let chosen = select_plugins(flags, catalog)?;
     let precision = select_precision(
         chosen.precision_base.unwrap_or(&flags.precision),
+        catalog,
         accelerator,
         &mut warnings,
     )?;
@@ -74,7 +77,8 @@ pub fn connect(
         &strategy,
         distributed,
     )?;
-    Ok(Plan {
+    let chosen_by = chosen.by;
+    let plan = Plan {
         accelerator: accelerator.name.to_owned(),
         strategy,
         devices,
@@ -91,7 +95,61 @@ pub fn connect(
         main_address: ranks.main_address,
         main_port: ranks.main_port,
         warnings,
-    })
+    };
+    check_choices(&plan, flags, catalog, &chosen_by)?;
+    Ok(plan)
+}
+
+/// Which flag chose each plugin the plan runs, for the errors of their plan-time checks.
+struct ChosenBy<'c> {
+    precision_plugin: Option<(&'static str, &'c PluginInfo)>,
+    environment: &'static str,
+}
+
+/// Asks the chosen strategy, precision plugin and cluster environment whether they can run
+/// `plan`; a refusal is an error of the flag that chose them.
+fn check_choices(
+    plan: &Plan,
+    flags: &TrainerFlags,
+    catalog: &Catalog,
+    chosen_by: &ChosenBy,
+) -> PlanResult<()> {
+    let strategy = catalog.strategy(&plan.strategy);
+    if let Some(Err(why)) = strategy
+        .and_then(|s| s.check.as_ref())
+        .map(|c| c.check(plan))
+    {
+        let why = format!("strategy {} cannot run this plan: {why}", plan.strategy);
+        return Err(FlagError::new("--trainer.strategy", &flags.strategy, why));
+    }
+    if let Some((flag, plugin)) = chosen_by.precision_plugin
+        && let Some(Err(why)) = plugin.check.as_ref().map(|c| c.check(plan))
+    {
+        let why = format!(
+            "precision plugin {} cannot run this plan: {why}",
+            plugin.name
+        );
+        let value = match flag {
+            "--trainer.precision" => flags.precision.clone(),
+            _ => format!("[{}]", flags.plugins.join(", ")),
+        };
+        return Err(FlagError::new(flag, value, why));
+    }
+    let environment = catalog
+        .cluster_environment(&plan.cluster_environment)
+        .map(|e| e.check_plan(plan));
+    if let Some(Err(why)) = environment {
+        let why = format!(
+            "cluster environment {} cannot run this plan: {why}",
+            plan.cluster_environment
+        );
+        let value = match chosen_by.environment {
+            "--trainer.plugins" => format!("[{}]", flags.plugins.join(", ")),
+            _ => flags.cluster_environment.clone(),
+        };
+        return Err(FlagError::new(chosen_by.environment, value, why));
+    }
+    Ok(())
 }
 
 fn available_names(inventory: &Inventory, catalog: &Catalog) -> String {
@@ -182,12 +240,25 @@ fn check_num_nodes(n: i64) -> PlanResult<usize> {
         })
 }
 
+/// `--trainer.precision` as a named precision; the error lists the registered precision
+/// plugins too (the flag selects those by name as well).
+fn parse_precision(value: &str, catalog: &Catalog) -> PlanResult<Precision> {
+    Precision::parse(value).map_err(|mut e| {
+        let plugins = list(catalog.precision_plugin_names());
+        if !plugins.is_empty() {
+            e.message = format!("{}; or a registered precision plugin: {plugins}", e.message);
+        }
+        e
+    })
+}
+
 fn select_precision(
     value: &str,
+    catalog: &Catalog,
     accelerator: &AcceleratorSpec,
     warnings: &mut Vec<String>,
 ) -> PlanResult<Precision> {
-    let asked = Precision::parse(value)?;
+    let asked = parse_precision(value, catalog)?;
     let mut effective = asked;
     if asked == Precision::F16Mixed && accelerator.kind == AcceleratorKind::Cpu {
         effective = Precision::Bf16Mixed;
@@ -226,6 +297,8 @@ struct ChosenPlugins<'c> {
     environment: Option<&'c Arc<dyn ClusterEnvironment>>,
     /// The process group backend chosen by name.
     process_group: Option<String>,
+    /// Which flag chose what the plan's checks may refuse.
+    by: ChosenBy<'c>,
 }
 
 fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<ChosenPlugins<'c>> {
@@ -234,6 +307,10 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
         precision_base: None,
         environment: None,
         process_group: None,
+        by: ChosenBy {
+            precision_plugin: None,
+            environment: "--trainer.cluster_environment",
+        },
     };
     let env_choice = flags.cluster_environment.trim().to_ascii_lowercase();
     if env_choice != "auto" {
@@ -257,6 +334,7 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
         .iter()
         .map(|n| ("--trainer.plugins", n.as_str()));
     let from_precision = named_precision.map(|p| ("--trainer.precision", p.name.as_str()));
+    refuse_repeats(&flags.plugins)?;
     let (mut precision_plugin, mut checkpoint_io) = (None::<&str>, None::<&str>);
     for (flag, value) in from_precision.into_iter().chain(given) {
         let name = value.trim().to_ascii_lowercase();
@@ -281,7 +359,10 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
                 Some(e) if e.name() != environment.name() => {
                     return Err(clash("cluster environment", e.name()));
                 }
-                _ => chosen.environment = Some(environment),
+                _ => {
+                    chosen.environment = Some(environment);
+                    chosen.by.environment = flag;
+                }
             }
             continue;
         }
@@ -289,12 +370,13 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
             FlagError::new(
                 flag,
                 value,
-                format!("unknown plugin; registered: {}", catalog.plugin_choices()),
+                format!("unknown plugin; allowed: {}", catalog.plugin_choices()),
             )
         })?;
         let slot = match info.kind {
             PluginKind::Precision(base) => {
                 chosen.precision_base = Some(base.name());
+                chosen.by.precision_plugin = Some((flag, info));
                 &mut precision_plugin
             }
             PluginKind::CheckpointIo => &mut checkpoint_io,
@@ -319,7 +401,7 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
     if let (Some(plugin), Some(base), None) =
         (precision_plugin, chosen.precision_base, named_precision)
     {
-        let asked = Precision::parse(&flags.precision)?;
+        let asked = parse_precision(&flags.precision, catalog)?;
         if asked != Precision::F32True && asked.name() != base {
             return Err(FlagError::new(
                 "--trainer.precision",
@@ -331,6 +413,25 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
         }
     }
     Ok(chosen)
+}
+
+/// A name given twice in `--trainer.plugins` is a mistake (a run takes one of each kind), not
+/// a request to be quietly reduced to one.
+fn refuse_repeats(names: &[String]) -> PlanResult<()> {
+    let lower: Vec<String> = names
+        .iter()
+        .map(|n| n.trim().to_ascii_lowercase())
+        .collect();
+    for (i, name) in lower.iter().enumerate() {
+        if lower[..i].contains(name) {
+            return Err(FlagError::new(
+                "--trainer.plugins",
+                format!("[{}]", names.join(", ")),
+                format!("{name} is named twice; name each plugin once"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Under an environment that started the processes, the flags must describe the same world.

@@ -9,6 +9,7 @@
 
 pub mod accelerator;
 pub mod catalog;
+pub mod check;
 pub mod cluster;
 pub mod collective;
 pub mod config;
@@ -26,6 +27,7 @@ pub mod strategy;
 
 pub use accelerator::AcceleratorKind;
 pub use catalog::{AcceleratorSpec, Catalog};
+pub use check::PlanCheck;
 pub use cluster::{ClusterEnvironment, Env, Ranks};
 pub use collective::{Collective, Engine, ReduceOp};
 pub use connector::connect;

@@ -2,7 +2,11 @@
 
 use serde::Serialize;
 
-/// A registered strategy: its name, a description, and whether it runs many processes.
+use crate::check::PlanCheck;
+use crate::plan::Plan;
+
+/// A registered strategy: its name, a description, whether it runs many processes, and what
+/// plans it refuses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StrategyInfo {
     /// Lowercase name, as selected with `--trainer.strategy`.
@@ -11,6 +15,9 @@ pub struct StrategyInfo {
     pub description: String,
     /// Whether it runs one process per device (and may span nodes).
     pub distributed: bool,
+    /// Its plan-time check ([`with_check`](Self::with_check)); `None` accepts every plan.
+    #[serde(skip)]
+    pub check: Option<PlanCheck>,
 }
 
 impl StrategyInfo {
@@ -20,7 +27,24 @@ impl StrategyInfo {
             name: name.to_ascii_lowercase(),
             description: description.to_owned(),
             distributed,
+            check: None,
         }
+    }
+
+    /// Refuses plans `check` returns `Err(why)` for: `--trainer.strategy=NAME` then exits 2
+    /// with `why` while planning (`--print-plan` shows it), before any process starts.
+    ///
+    /// ```
+    /// # use ember_plan::StrategyInfo;
+    /// let info = StrategyInfo::new("local_sgd", "averages weights every 4 steps", true)
+    ///     .with_check(|plan| match plan.world_size {
+    ///         1 => Err("it averages weights over ranks; use --trainer.devices=2 or more".into()),
+    ///         _ => Ok(()),
+    ///     });
+    /// ```
+    pub fn with_check(mut self, check: impl Fn(&Plan) -> Result<(), String> + 'static) -> Self {
+        self.check = Some(PlanCheck::new(check));
+        self
     }
 }
 

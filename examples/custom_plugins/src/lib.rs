@@ -14,7 +14,8 @@ use ember::cluster::{Env, Ranks, optional_usize, required_usize};
 use ember::collective::ReduceOp;
 use ember::error::PlanResult;
 use ember::{
-    ClusterEnvironment, Gradients, Precision, PrecisionPlugin, Strategy, StrategyParts, Weights,
+    ClusterEnvironment, Gradients, Plan, Precision, PrecisionPlugin, Strategy, StrategyParts,
+    Weights,
 };
 
 /// Local SGD: each rank steps on its own gradients; every `every` steps the weights are
@@ -34,6 +35,18 @@ impl LocalSgd {
             inner: ember::Ddp::new(parts),
             every: every.max(1),
         }
+    }
+
+    /// Its plan-time check: with one process there is nothing to average, and a run that asked
+    /// for local SGD on one device almost surely forgot `--trainer.devices`.
+    pub fn check_plan(plan: &Plan) -> Result<(), String> {
+        if plan.world_size < 2 {
+            return Err(format!(
+                "it averages weights over ranks and this run has {} process; use --trainer.devices=2 or more, or --trainer.strategy=ddp",
+                plan.world_size
+            ));
+        }
+        Ok(())
     }
 
     /// Replaces every float weight by its mean over the ranks.
@@ -126,7 +139,7 @@ impl PrecisionPlugin for StaticLossScale {
 
     fn unscale_gradients(&mut self, grads: &mut dyn Gradients) -> bool {
         grads.scale(1.0 / self.scale);
-        let finite = grads.global_norm().is_none_or(f64::is_finite);
+        let finite = grads.all_finite();
         if !finite {
             self.skipped += 1;
         }

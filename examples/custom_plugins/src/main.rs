@@ -19,7 +19,8 @@ fn registry() -> Result<Registry<AppJob<Digits>>, RegistryError> {
                 LocalSgd::NAME,
                 "example: data parallel that averages weights every 4 steps instead of gradients",
                 true,
-            ),
+            )
+            .with_check(LocalSgd::check_plan),
             |parts| Ok(Box::new(LocalSgd::new(parts, LOCAL_SGD_EVERY))),
         )?
         .register_precision(

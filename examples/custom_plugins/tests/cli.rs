@@ -155,6 +155,67 @@ fn an_unknown_plugin_exits_2_listing_the_registered_ones() {
     );
 }
 
+/// Runs a command that must be refused as a flag error: exit 2, nothing written; its stderr.
+fn refused(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = app_in(dir.path(), args, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing is written"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn the_plugin_list_names_each_choice_once() {
+    let err = refused(&["fit", "--trainer.plugins=[nope]"]);
+    assert_eq!(err.matches("mpi").count(), 1, "{err}");
+    assert!(err.contains("process group backends: mpi"), "{err}");
+}
+
+#[test]
+fn a_mistyped_precision_lists_the_registered_precision_plugin() {
+    let err = refused(&["fit", "--trainer.precision=bf16-static"]);
+    assert!(err.contains("--trainer.precision"), "{err}");
+    assert!(err.contains("bf16-mixed"), "{err}");
+    assert!(err.contains("bf16-static-scale"), "{err}");
+}
+
+#[test]
+fn a_plugin_named_twice_is_refused() {
+    for twice in [
+        "[renamed, renamed]",
+        "[bf16-static-scale,BF16-static-scale]",
+        "[mpi,mpi]",
+    ] {
+        let err = refused(&["fit", &format!("--trainer.plugins={twice}")]);
+        assert!(
+            err.contains("--trainer.plugins") && err.contains("named twice"),
+            "{twice}: {err}"
+        );
+    }
+}
+
+#[test]
+fn local_sgd_on_one_process_is_refused_while_planning() {
+    let err = refused(&["fit", "--trainer.strategy=local_sgd", "--print-plan"]);
+    assert!(
+        err.contains("--trainer.strategy") && err.contains("local_sgd"),
+        "{err}"
+    );
+    assert!(err.contains("--trainer.devices=2"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "fit",
+        "--trainer.strategy=local_sgd",
+        "--trainer.devices=2",
+        "--print-plan",
+    ];
+    let out = app_in(dir.path(), &args, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 #[test]
 fn local_sgd_selected_by_name_trains_under_two_ranks() {
     if !mpirun_available() {

@@ -30,8 +30,16 @@ pub trait Gradients {
     /// Multiplies every gradient by `factor`, on the device.
     fn scale(&mut self, factor: f64);
 
-    /// The global L2 norm of all gradients (one host read); `None` when there are none.
+    /// The global L2 norm of all gradients (one host read); `None` when there are none. Its
+    /// sum of squares is taken in the gradients' dtype, so in f32 it overflows to infinity for
+    /// finite gradients above ~1.8e19: ask [`all_finite`](Self::all_finite) whether a step's
+    /// gradients are finite.
     fn global_norm(&self) -> Option<f64>;
+
+    /// Whether every gradient holds only finite values (no NaN, no ±Inf), checked element by
+    /// element on the device with one host read; true when there are none. The question a
+    /// loss scaler asks before it lets the optimizer step.
+    fn all_finite(&self) -> bool;
 
     /// Clips on the device: by global norm or by value, as `gradient_clip_algorithm` says.
     fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64);
@@ -103,6 +111,9 @@ impl<G: Gradients + ?Sized> Gradients for &mut G {
     }
     fn global_norm(&self) -> Option<f64> {
         (**self).global_norm()
+    }
+    fn all_finite(&self) -> bool {
+        (**self).all_finite()
     }
     fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64) {
         (**self).clip(algorithm, threshold);
@@ -193,6 +204,10 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Gradients for ModelGradients<'_, 
 
     fn global_norm(&self) -> Option<f64> {
         grads::global_norm::<B, M>(self.model, self.grads).map(|n| n.into_scalar().elem())
+    }
+
+    fn all_finite(&self) -> bool {
+        grads::all_finite::<B, M>(self.model, self.grads)
     }
 
     fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64) {

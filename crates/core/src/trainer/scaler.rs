@@ -70,7 +70,7 @@ impl GradScaler {
     /// read per step, as torch's `found_inf` check).
     pub fn unscale_gradients(&self, grads: &mut dyn Gradients) -> bool {
         grads.scale(1.0 / self.scale);
-        grads.global_norm().is_none_or(f64::is_finite)
+        grads.all_finite()
     }
 
     /// [`unscale_gradients`](Self::unscale_gradients) on `model`'s gradients in burn's container.
@@ -102,5 +102,26 @@ mod tests {
         assert!(s.update(true));
         assert!(!s.update(false));
         assert_eq!((s.scale, s.good_steps, s.skipped_steps), (32768.0, 0, 2));
+    }
+
+    /// 16-mixed's check: huge finite gradients step, NaN or ±Inf skip.
+    #[test]
+    fn huge_finite_gradients_are_not_skipped() {
+        use burn::nn::{Linear, LinearConfig};
+        use burn::tensor::Tensor;
+        type B = burn_autodiff::Autodiff<burn_flex::Flex>;
+        let device = Default::default();
+        let model: Linear<B> = LinearConfig::new(2, 1).with_bias(false).init(&device);
+        let scaler = GradScaler::default();
+        let unscaled = |value: f32| {
+            let mut grads = GradientsParams::new();
+            let g = Tensor::<burn_flex::Flex, 2>::from_data([[value], [1.0]], &device);
+            grads.register(model.weight.id, g * scaler.scale);
+            scaler.unscale(&model, &mut grads)
+        };
+        assert!(unscaled(1e20));
+        assert!(unscaled(1.0));
+        assert!(!unscaled(f32::NAN));
+        assert!(!unscaled(f32::INFINITY));
     }
 }

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::{FlagError, PlanResult};
+use crate::plan::Plan;
 pub use environments::{
     KubeflowEnvironment, LocalEnvironment, LsfEnvironment, MpiEnvironment, SlurmEnvironment,
     TorchElasticEnvironment, lsf_port, slurm_port,
@@ -59,9 +60,18 @@ pub trait ClusterEnvironment: Send + Sync {
     /// count and node count the flags ask for.
     fn ranks(&self, env: &Env, devices_per_node: usize, num_nodes: usize) -> PlanResult<Ranks>;
 
-    /// Refuses flags this environment cannot honour (e.g. several devices per Kubeflow pod).
+    /// Refuses flags this environment cannot honour (e.g. several devices per Kubeflow pod),
+    /// naming the flag itself; called before the ranks are checked against the flags.
     fn validate(&self, devices_per_node: usize) -> PlanResult<()> {
         let _ = devices_per_node;
+        Ok(())
+    }
+
+    /// Refuses a finished plan it cannot run (`Err(why)`, e.g. a strategy or accelerator it
+    /// does not support); the connector reports `why` as an error of the flag that chose the
+    /// environment (`--trainer.cluster_environment` when it was detected).
+    fn check_plan(&self, plan: &Plan) -> Result<(), String> {
+        let _ = plan;
         Ok(())
     }
 }

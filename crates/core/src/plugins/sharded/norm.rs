@@ -13,7 +13,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{DType, TensorData};
 
 use super::partition::Partition;
-use crate::collective::Collective;
+use crate::collective::{Collective, ReduceOp};
 use crate::options::ClipAlgorithm;
 use crate::plugins::access::Gradients;
 use crate::plugins::device_reduce::DeviceCollective;
@@ -99,6 +99,16 @@ impl Gradients for ShardedGradients<'_> {
         self.inner.norm_of_squares(squares)
     }
 
+    /// Whether every rank's gradients are finite: each rank checks its own and the ranks take
+    /// the minimum of their answers.
+    fn all_finite(&self) -> bool {
+        let mut finite = [f64::from(u8::from(self.inner.all_finite()))];
+        self.collective
+            .all_reduce_f64(&mut finite, ReduceOp::Min)
+            .unwrap_or_else(|e| self.fail(e));
+        finite[0] == 1.0
+    }
+
     fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64) {
         match algorithm {
             ClipAlgorithm::Value => self.inner.clip(algorithm, threshold),
@@ -143,7 +153,7 @@ impl Gradients for ShardedGradients<'_> {
 impl ShardedGradients<'_> {
     fn fail(&self, e: anyhow::Error) -> ! {
         eprintln!(
-            "error: rank {}: gathering the gradients' norm: {e:#}",
+            "error: rank {}: combining the ranks' gradient norms or finiteness: {e:#}",
             self.collective.rank()
         );
         self.collective.abort(1)
