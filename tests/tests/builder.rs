@@ -8,6 +8,7 @@ use burn_autodiff::Autodiff;
 use burn_flex::Flex;
 use ember::checkpoint_io::{CheckpointIO, LocalCheckpointIO};
 use ember::cpu::CpuAccelerator;
+use ember::options::CheckpointWrites;
 use ember::{Plan, Plugin, Precision, PrecisionPlugin, Trainer, TrainerOptions};
 
 type B = Autodiff<Flex>;
@@ -56,6 +57,7 @@ fn plugins_given_as_values_replace_the_plans_and_two_of_a_kind_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let io_in_use = &trainer.strategy().parts().checkpoint_io;
     io_in_use.save(b"x", &dir.path().join("a.ckpt")).unwrap();
+    io_in_use.wait().unwrap();
     assert_eq!(
         *io.0.lock().unwrap(),
         1,
@@ -71,4 +73,49 @@ fn plugins_given_as_values_replace_the_plans_and_two_of_a_kind_are_refused() {
         twice.err().expect("two precision plugins are refused")
     );
     assert!(message.contains("precision plugin twice"), "{message}");
+}
+
+/// Records the thread each save runs on.
+#[derive(Clone, Default)]
+struct Threads(Arc<Mutex<Vec<std::thread::ThreadId>>>);
+
+impl CheckpointIO for Threads {
+    fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
+        self.0.lock().unwrap().push(std::thread::current().id());
+        LocalCheckpointIO.save(bytes, path)
+    }
+    fn load(&self, path: &Path) -> anyhow::Result<Vec<u8>> {
+        LocalCheckpointIO.load(path)
+    }
+    fn remove(&self, path: &Path) -> anyhow::Result<()> {
+        LocalCheckpointIO.remove(path)
+    }
+}
+
+/// Issue 32.5: `checkpoint_io` composes with a given IO instead of being ignored: `async`
+/// calls it on a background thread, `sync` on the caller's.
+#[test]
+fn checkpoint_writes_compose_with_a_given_checkpoint_io() {
+    let plan = Plan::local("cpu", Precision::F32True);
+    let dir = tempfile::tempdir().unwrap();
+    for writes in [CheckpointWrites::Async, CheckpointWrites::Sync] {
+        let io = Threads::default();
+        let options = TrainerOptions {
+            checkpoint_io: writes,
+            ..TrainerOptions::default()
+        };
+        let trainer = Trainer::<B>::builder(&plan, options)
+            .checkpoint_io(io.clone())
+            .build::<CpuAccelerator>()
+            .unwrap();
+        let io_in_use = &trainer.strategy().parts().checkpoint_io;
+        io_in_use.save(b"x", &dir.path().join("a.ckpt")).unwrap();
+        io_in_use.wait().unwrap();
+        let threads = io.0.lock().unwrap().clone();
+        let here = std::thread::current().id();
+        match writes {
+            CheckpointWrites::Async => assert!(threads.len() == 1 && threads[0] != here),
+            CheckpointWrites::Sync => assert_eq!(threads, [here]),
+        }
+    }
 }

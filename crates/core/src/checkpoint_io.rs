@@ -55,7 +55,7 @@ type Write = JoinHandle<anyhow::Result<()>>;
 /// ModelCheckpoint's "save the new best, remove the old" overlaps training), and is skipped
 /// when that write failed, so the old file is never removed for a new one that is missing.
 /// Loads wait for the writes in flight, so they see their files.
-pub struct AsyncCheckpointIO<T> {
+pub struct AsyncCheckpointIO<T: ?Sized> {
     inner: Arc<T>,
     in_flight: Mutex<Option<Write>>,
 }
@@ -63,8 +63,15 @@ pub struct AsyncCheckpointIO<T> {
 impl<T: CheckpointIO + 'static> AsyncCheckpointIO<T> {
     /// Wraps `inner`.
     pub fn new(inner: T) -> Self {
+        Self::wrapping(Arc::new(inner))
+    }
+}
+
+impl<T: CheckpointIO + ?Sized + 'static> AsyncCheckpointIO<T> {
+    /// Wraps a shared IO, e.g. a registered plugin's `Arc<dyn CheckpointIO>`.
+    pub fn wrapping(inner: Arc<T>) -> Self {
         Self {
-            inner: Arc::new(inner),
+            inner,
             in_flight: Mutex::new(None),
         }
     }
@@ -80,7 +87,7 @@ impl<T: CheckpointIO + 'static> AsyncCheckpointIO<T> {
     }
 }
 
-impl<T: CheckpointIO + 'static> CheckpointIO for AsyncCheckpointIO<T> {
+impl<T: CheckpointIO + ?Sized + 'static> CheckpointIO for AsyncCheckpointIO<T> {
     fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
         let bytes = bytes.to_vec();
         self.save_encoded(Box::new(move || Ok(bytes)), path)
@@ -113,22 +120,21 @@ impl<T: CheckpointIO + 'static> CheckpointIO for AsyncCheckpointIO<T> {
         Ok(())
     }
 
+    /// Its own write's error, then the wrapped IO's (which may write in the background too).
     fn check(&self) -> anyhow::Result<()> {
         let mut slot = self.slot();
         match slot.take() {
-            Some(write) if write.is_finished() => Self::join(write),
-            other => {
-                *slot = other;
-                Ok(())
-            }
+            Some(write) if write.is_finished() => Self::join(write)?,
+            other => *slot = other,
         }
+        self.inner.check()
     }
 
+    /// Waits for its own write, then for the wrapped IO's.
     fn wait(&self) -> anyhow::Result<()> {
-        match self.slot().take() {
-            Some(write) => Self::join(write),
-            None => Ok(()),
-        }
+        let own = self.slot().take().map_or(Ok(()), Self::join);
+        let inner = self.inner.wait();
+        own.and(inner)
     }
 }
 
@@ -266,6 +272,38 @@ mod tests {
         io.remove(&path).unwrap();
         io.remove(&path).unwrap();
         assert!(io.load(&path).unwrap_err().to_string().contains("a.ckpt"));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Writes local files after a pause, as a slow remote store would.
+    struct Slow;
+
+    impl CheckpointIO for Slow {
+        fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            LocalCheckpointIO.save(bytes, path)
+        }
+        fn load(&self, path: &Path) -> anyhow::Result<Vec<u8>> {
+            LocalCheckpointIO.load(path)
+        }
+        fn remove(&self, path: &Path) -> anyhow::Result<()> {
+            LocalCheckpointIO.remove(path)
+        }
+    }
+
+    /// The Trainer wraps whatever IO a run uses; an IO that writes in the background itself is
+    /// waited for too.
+    #[test]
+    fn a_wrapped_background_writer_is_waited_for() {
+        let dir = std::env::temp_dir().join(format!("ember-ckio-wrapped-{}", std::process::id()));
+        let inner: Arc<dyn CheckpointIO> = Arc::new(AsyncCheckpointIO::new(Slow));
+        let io = AsyncCheckpointIO::wrapping(inner);
+        io.save(b"x", &dir.join("a.ckpt")).unwrap();
+        io.wait().unwrap();
+        assert!(
+            dir.join("a.ckpt").exists(),
+            "wait returned before the write"
+        );
         fs::remove_dir_all(dir).unwrap();
     }
 }

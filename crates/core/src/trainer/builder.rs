@@ -183,9 +183,10 @@ pub(super) fn parts(
         Some(plugin) => plugin,
         None => precision_named(plan, &factories)?,
     };
-    let checkpoint_io = match checkpoint_io {
-        Some(io) => io,
-        None => checkpoint_io_named(plan, options, &factories),
+    let checkpoint_io = checkpoint_io.unwrap_or_else(|| checkpoint_io_named(plan, &factories));
+    let checkpoint_io = match options.checkpoint_io {
+        CheckpointWrites::Async => Arc::new(AsyncCheckpointIO::wrapping(checkpoint_io)),
+        CheckpointWrites::Sync => checkpoint_io,
     };
     let collective = match collective {
         Some(collective) => collective,
@@ -229,23 +230,16 @@ fn precision_named(
     Ok(precision::builtin(plan.precision))
 }
 
-/// The checkpoint IO `plan.plugins` names, else the one `checkpoint_io` (sync/async) says.
-fn checkpoint_io_named(
-    plan: &Plan,
-    options: &TrainerOptions,
-    factories: &PluginFactories,
-) -> Arc<dyn CheckpointIO> {
-    let named = plan
-        .plugins
+/// The checkpoint IO `plan.plugins` names, else local files. Whichever it is,
+/// `--trainer.checkpoint_io=async` (the default) then writes through it on a background thread.
+fn checkpoint_io_named(plan: &Plan, factories: &PluginFactories) -> Arc<dyn CheckpointIO> {
+    plan.plugins
         .iter()
-        .find_map(|name| factories.checkpoint_io(name));
-    match named {
-        Some(factory) => factory(),
-        None if options.checkpoint_io == CheckpointWrites::Async => {
-            Arc::new(AsyncCheckpointIO::new(LocalCheckpointIO))
-        }
-        None => Arc::new(LocalCheckpointIO),
-    }
+        .find_map(|name| factories.checkpoint_io(name))
+        .map_or_else(
+            || Arc::new(LocalCheckpointIO) as Arc<dyn CheckpointIO>,
+            |f| f(),
+        )
 }
 
 /// The strategy registered as `name` (the application's first, then the built-ins).

@@ -247,6 +247,22 @@ pub struct MetricCollector {
     step_sync: BTreeSet<String>,
     /// Values shown in the progress bar, by final name.
     pub prog_bar: BTreeMap<String, f64>,
+    /// The step values logged since each name's latest logging step, unread until
+    /// [`take_pending`](Self::take_pending) asks (reading every step would wait for the device
+    /// every step).
+    pending: BTreeMap<String, Pending>,
+}
+
+/// A step value not logged yet: how to read it, and whether it is synced over the ranks.
+struct Pending {
+    read: Box<dyn FnOnce() -> f64>,
+    sync: bool,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("sync", &self.sync).finish()
+    }
 }
 
 impl MetricCollector {
@@ -261,26 +277,34 @@ impl MetricCollector {
         {
             let on_step = options.on_step.unwrap_or(step_default);
             let on_epoch = options.on_epoch.unwrap_or(epoch_default);
-            let want_step = on_step && (read_step || options.prog_bar);
-            if !want_step && !on_epoch {
-                continue;
-            }
-            let x = value.read();
             let (step_name, epoch_name) = if on_step && on_epoch {
                 (format!("{name}_step"), format!("{name}_epoch"))
             } else {
                 (name.clone(), name)
             };
-            if want_step {
-                if options.prog_bar {
-                    self.prog_bar.insert(step_name.clone(), x);
+            let sync = options.sync_dist;
+            if on_step && !read_step && !options.prog_bar && !on_epoch {
+                let read = Box::new(move || value.read());
+                self.pending.insert(step_name, Pending { read, sync });
+                continue;
+            }
+            if !on_step && !on_epoch {
+                continue;
+            }
+            let x = value.read();
+            if on_step && read_step {
+                if sync {
+                    self.step_sync.insert(step_name.clone());
                 }
-                if read_step {
-                    if options.sync_dist {
-                        self.step_sync.insert(step_name.clone());
-                    }
-                    self.step.insert(step_name, x);
-                }
+                self.pending.remove(&step_name);
+                self.step.insert(step_name.clone(), x);
+            } else if on_step {
+                let read = Box::new(move || x);
+                self.pending
+                    .insert(step_name.clone(), Pending { read, sync });
+            }
+            if on_step && options.prog_bar {
+                self.prog_bar.insert(step_name, x);
             }
             if on_epoch {
                 self.epoch
@@ -289,6 +313,22 @@ impl MetricCollector {
                     .add(x, options.batch_size.unwrap_or(1) as f64);
             }
         }
+    }
+
+    /// The step values logged since their latest logging step (read now), with `sync_dist`
+    /// values averaged as [`take_step`](Self::take_step) does: what is current at the end of
+    /// an epoch, when the last step was not a logging step.
+    pub fn take_pending(
+        &mut self,
+        collective: Option<&dyn Collective>,
+    ) -> anyhow::Result<BTreeMap<String, f64>> {
+        for (name, Pending { read, sync }) in std::mem::take(&mut self.pending) {
+            if sync {
+                self.step_sync.insert(name.clone());
+            }
+            self.step.insert(name, read());
+        }
+        self.take_step(collective)
     }
 
     /// The latest logging step's values, clearing them. With a collective, the values logged

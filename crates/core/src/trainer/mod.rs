@@ -277,12 +277,6 @@ impl<B: AutodiffBackend> Trainer<B> {
         self
     }
 
-    /// Replaces how checkpoints are written.
-    pub fn with_checkpoint_io(mut self, io: impl CheckpointIO + 'static) -> Self {
-        self.strategy.parts_mut().checkpoint_io = Arc::new(io);
-        self
-    }
-
     fn checkpoint_io(&self) -> &Arc<dyn CheckpointIO> {
         &self.strategy.parts().checkpoint_io
     }

@@ -193,9 +193,10 @@ trainer_options! {
     /// or `best` (the best one the newest checkpoint's ModelCheckpoint recorded).
     ckpt_path: Option<PathBuf> = None, FileOrNull,
         "a checkpoint fit resumes from, or whose weights validate/test/predict use: a path, last or best";
-    /// `async`: checkpoints are encoded and written on a background thread while training
-    /// goes on (a failed write fails the run at the next step; every entry point waits for
-    /// the last write); `sync`: on the loop's thread, as Lightning's default does.
+    /// `async`: checkpoints are encoded and written through the checkpoint IO (local files, or
+    /// a registered or given one) on a background thread while training goes on (a failed
+    /// write fails the run at the next step; every entry point waits for the last write);
+    /// `sync`: on the loop's thread, as Lightning's default does.
     checkpoint_io: CheckpointWrites = CheckpointWrites::Async, CheckpointWrites,
         "async (encode and write checkpoints on a background thread), or sync";
     /// ddp: megabytes of gradients per all-reduce (docs/distributed.md).

@@ -74,6 +74,10 @@ where
                 break;
             }
         }
+        // The epoch's last step values, as Lightning's callback_metrics hold them every step
+        // (logged or not: loggers get every log_every_n_steps-th).
+        let last_step = self.collector.take_pending(self.trainer.ranks())?;
+        self.run.state.callback_metrics.extend(last_step);
         let epoch_metrics = self.collector.take_epoch(self.trainer.ranks())?;
         self.run.publish(&epoch_metrics, false)?;
         self.fit_hook(|c, x| c.on_train_epoch_end(x))?;
