@@ -20,6 +20,7 @@ use crate::flags::TrainerFlags;
 use crate::job::Job;
 use crate::options::TrainerOptions;
 use crate::plan::Plan;
+use crate::registry::{Registry, RegistryError};
 use crate::stage::Stage;
 use crate::trainer::data::DataModule;
 use crate::trainer::module::{BatcherFor, TrainingModule};
@@ -67,6 +68,16 @@ pub trait App: 'static {
     /// The trainer flags' defaults for this program (e.g. its own `max_epochs`).
     fn trainer_defaults() -> TrainerFlags {
         TrainerFlags::default()
+    }
+
+    /// Registers the program's own accelerators, strategies and plugins on `registry`, which
+    /// holds every accelerator the build enables, so that `ember::run` stays the whole `main`.
+    /// By default it adds none.
+    fn register(registry: Registry<AppJob<Self>>) -> Result<Registry<AppJob<Self>>, RegistryError>
+    where
+        Self: Sized,
+    {
+        Ok(registry)
     }
 }
 

@@ -53,10 +53,16 @@ pub fn registry<J: Job>() -> Registry<J> {
     registry
 }
 
-/// Runs application `A` from the command line with every accelerator this build enables
-/// (Lightning's `LightningCLI(Model, DataModule)`): `fn main() -> ExitCode { ember::run::<MyApp>() }`.
-/// A program that registers accelerators or plugins of its own builds its registry and calls
-/// `Cli::for_app::<A>().run(&registry, AppJob::from)`.
+/// Runs application `A` from the command line with every accelerator this build enables and
+/// what [`App::register`] adds (Lightning's `LightningCLI(Model, DataModule)`):
+/// `fn main() -> ExitCode { ember::run::<MyApp>() }`. A registration the registry refuses (a
+/// name taken twice) is reported and exits 2.
 pub fn run<A: App>() -> std::process::ExitCode {
-    Cli::for_app::<A>().run(&registry::<AppJob<A>>(), AppJob::from)
+    match A::register(registry::<AppJob<A>>()) {
+        Ok(registry) => Cli::for_app::<A>().run(&registry, AppJob::from),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
 }

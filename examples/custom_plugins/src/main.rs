@@ -1,53 +1,59 @@
-//! The digits app with three plugins registered in `main`: `--trainer.strategy=local_sgd`,
-//! `--trainer.precision=bf16-static-scale`, and the `renamed` cluster environment.
+//! The digits app with three plugins of its own, registered by its `App`:
+//! `--trainer.strategy=local_sgd`, `--trainer.precision=bf16-static-scale`, and the `renamed`
+//! cluster environment. `main` stays `ember::run`.
 
 use std::process::ExitCode;
 
 use custom_plugins::{LocalSgd, RenamedElastic, StaticLossScale};
 use digits::Digits;
-use digits::data::DigitsData;
-use digits::model::ModelConfig;
-use ember::{App, AppJob, Cli, Registry, RegistryError, StrategyInfo};
+use ember::burn::tensor::backend::AutodiffBackend;
+use ember::{App, AppJob, Registry, RegistryError, StrategyInfo, TrainerFlags};
 
 /// Optimizer steps between two weight averages of local SGD.
 const LOCAL_SGD_EVERY: u64 = 4;
 
-fn registry() -> Result<Registry<AppJob<Digits>>, RegistryError> {
-    ember::registry::<AppJob<Digits>>()
-        .register_strategy(
-            StrategyInfo::new(
-                LocalSgd::NAME,
-                "example: data parallel that averages weights every 4 steps instead of gradients",
-                true,
-            )
-            .with_check(LocalSgd::check_plan),
-            |parts| Ok(Box::new(LocalSgd::new(parts, LOCAL_SGD_EVERY))),
-        )?
-        .register_precision(
-            StaticLossScale::NAME,
-            "example: bf16-mixed with a fixed loss scale of 1024",
-            || StaticLossScale {
-                scale: 1024.0,
-                skipped: 0,
-            },
-        )?
-        .register_cluster_environment(RenamedElastic)
+/// Digits under its own name, with the example's plugins.
+struct CustomPlugins;
+
+impl App for CustomPlugins {
+    const NAME: &'static str = "custom_plugins";
+    const ABOUT: &'static str =
+        "digits with a strategy, a precision plugin and a cluster environment of its own";
+    type ModelConfig = <Digits as App>::ModelConfig;
+    type Data = <Digits as App>::Data;
+    type Model<B: AutodiffBackend> = <Digits as App>::Model<B>;
+
+    fn model<B: AutodiffBackend>(config: &Self::ModelConfig, device: &B::Device) -> Self::Model<B> {
+        Digits::model(config, device)
+    }
+
+    fn trainer_defaults() -> TrainerFlags {
+        Digits::trainer_defaults()
+    }
+
+    fn register(registry: Registry<AppJob<Self>>) -> Result<Registry<AppJob<Self>>, RegistryError> {
+        registry
+            .register_strategy(
+                StrategyInfo::new(
+                    LocalSgd::NAME,
+                    "example: data parallel that averages weights every 4 steps instead of gradients",
+                    true,
+                )
+                .with_check(LocalSgd::check_plan),
+                |parts| Ok(Box::new(LocalSgd::new(parts, LOCAL_SGD_EVERY))),
+            )?
+            .register_precision(
+                StaticLossScale::NAME,
+                "example: bf16-mixed with a fixed loss scale of 1024",
+                || StaticLossScale {
+                    scale: 1024.0,
+                    skipped: 0,
+                },
+            )?
+            .register_cluster_environment(RenamedElastic)
+    }
 }
 
 fn main() -> ExitCode {
-    let registry = match registry() {
-        Ok(registry) => registry,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    Cli::new(
-        "custom_plugins",
-        "digits with a strategy, a precision plugin and a cluster environment of its own",
-        ModelConfig::default(),
-        DigitsData::default(),
-    )
-    .with_trainer_defaults(Digits::trainer_defaults())
-    .run(&registry, AppJob::from)
+    ember::run::<CustomPlugins>()
 }
