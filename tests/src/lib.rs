@@ -15,7 +15,7 @@ use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::{
     Accelerator, AcceleratorKind, DeviceStats, Env, FlagError, Inventory, Job, Plan, Precision,
-    Registry, TrainerFlags,
+    Registry, RunContext, TrainerFlags,
 };
 
 /// A job that reports which accelerator type it was monomorphized for.
@@ -23,7 +23,7 @@ pub struct WhoRuns;
 
 impl Job for WhoRuns {
     type Output = (&'static str, &'static str);
-    fn run<A: Accelerator>(self, _plan: &Plan) -> anyhow::Result<Self::Output> {
+    fn run<A: Accelerator>(self, _context: &RunContext) -> anyhow::Result<Self::Output> {
         Ok((A::name(), std::any::type_name::<A::Backend>()))
     }
 }

@@ -50,7 +50,7 @@ fn a24_the_job_runs_monomorphized_for_the_selected_accelerator() {
             registry.catalog(),
         )
         .unwrap();
-        let (ran, ty) = registry.run(WhoRuns, &plan, &inventory).unwrap();
+        let (ran, ty) = registry.run(WhoRuns, &plan, None, &inventory).unwrap();
         assert_eq!(ran, name);
         assert!(ty.contains("Autodiff") && ty.contains(backend), "{ty}");
     }
@@ -71,7 +71,7 @@ fn an_injected_accelerator_the_machine_lacks_is_refused_at_run_time() {
     let e = registry.check_hardware(&plan, &inventory).unwrap_err();
     assert_eq!(e.flag, "EMBER_INVENTORY");
     assert!(e.message.contains("unset EMBER_INVENTORY to train"), "{e}");
-    assert!(registry.run(WhoRuns, &plan, &inventory).is_err());
+    assert!(registry.run(WhoRuns, &plan, None, &inventory).is_err());
 }
 
 /// A precision plugin that runs on one process only.

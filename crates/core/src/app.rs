@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::accelerator::Accelerator;
 use crate::cli::{Cli, Invocation};
+use crate::context::RunContext;
 use crate::flags::TrainerFlags;
 use crate::job::Job;
 use crate::options::TrainerOptions;
@@ -193,11 +194,13 @@ impl<A: App> From<Invocation<A::ModelConfig, A::Data>> for AppJob<A> {
 impl<A: App> Job for AppJob<A> {
     type Output = AppOutput;
 
-    fn run<X: Accelerator>(self, plan: &Plan) -> anyhow::Result<AppOutput> {
+    fn run<X: Accelerator>(self, context: &RunContext) -> anyhow::Result<AppOutput> {
+        let plan = &context.plan;
         let mut hparams = self.hparams;
         hparams["plan"] = serde_json::to_value(plan)?;
-        let mut trainer =
-            Trainer::<X::Backend>::new::<X>(plan, self.options)?.with_hparams(hparams);
+        let mut trainer = Trainer::<X::Backend>::builder_for(context, self.options)
+            .build::<X>()?
+            .with_hparams(hparams);
         let mut data = self.data;
         // Under ddp every rank runs this; rank 0 speaks for the run.
         let rank0 = plan.global_rank == 0;

@@ -1,7 +1,7 @@
 //! Jobs: work that is generic over the accelerator and run by name.
 
 use crate::accelerator::Accelerator;
-use crate::plan::Plan;
+use crate::context::RunContext;
 
 /// What the CLI or a user's program wants run, written once for every accelerator.
 ///
@@ -11,6 +11,7 @@ pub trait Job {
     /// What a successful run returns.
     type Output;
 
-    /// Runs on accelerator `A` as the plan says.
-    fn run<A: Accelerator>(self, plan: &Plan) -> anyhow::Result<Self::Output>;
+    /// Runs on accelerator `A` as `context.plan` says, with the context's collective and
+    /// registered plugins (build the Trainer with `Trainer::builder_for(context, options)`).
+    fn run<A: Accelerator>(self, context: &RunContext) -> anyhow::Result<Self::Output>;
 }

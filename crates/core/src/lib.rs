@@ -17,6 +17,7 @@ pub use ember_plan::{
 pub mod callbacks;
 pub mod checkpoint_io;
 pub mod cli;
+pub mod context;
 pub mod host_alloc;
 pub mod host_float;
 pub mod job;
@@ -34,6 +35,7 @@ pub use check::PlanCheck;
 pub use cli::{Cli, CliOutcome, Invocation};
 pub use cluster::{ClusterEnvironment, Env, Ranks};
 pub use connector::connect;
+pub use context::RunContext;
 pub use devices::DevicesFlag;
 pub use ember_plan::{Stage, TrainerOptions};
 pub use error::FlagError;

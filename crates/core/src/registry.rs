@@ -1,6 +1,7 @@
 //! The registry: run-time names bound to compile-time accelerator types.
 
 use std::fmt;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::accelerator::{self, Accelerator, AcceleratorKind};
@@ -8,7 +9,8 @@ use crate::catalog::{Catalog, PluginInfo, PluginKind, RESERVED_ACCELERATOR_NAMES
 use crate::check::PlanCheck;
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
-use crate::collective::Engine;
+use crate::collective::{Collective, Engine};
+use crate::context::RunContext;
 use crate::error::{FlagError, PlanResult};
 use crate::inventory::{INVENTORY_VAR, Inventory};
 use crate::job::Job;
@@ -19,10 +21,10 @@ use crate::plugins::strategy::{Strategy, StrategyParts};
 use crate::precision::Precision;
 use crate::strategy::StrategyInfo;
 
-type Runner<J> = fn(J, &Plan) -> anyhow::Result<<J as Job>::Output>;
+type Runner<J> = fn(J, &RunContext) -> anyhow::Result<<J as Job>::Output>;
 
-fn run_on<J: Job, A: Accelerator>(job: J, plan: &Plan) -> anyhow::Result<J::Output> {
-    job.run::<A>(plan)
+fn run_on<J: Job, A: Accelerator>(job: J, context: &RunContext) -> anyhow::Result<J::Output> {
+    job.run::<A>(context)
 }
 
 /// A registration that was refused.
@@ -276,11 +278,6 @@ impl<J: Job> Registry<J> {
         Ok(())
     }
 
-    /// The factories of the plugins registered by name (the CLI installs them for the job).
-    pub fn plugin_factories(&self) -> &PluginFactories {
-        &self.factories
-    }
-
     /// What the connector needs to know about the registered names.
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
@@ -315,8 +312,16 @@ impl<J: Job> Registry<J> {
         Ok(())
     }
 
-    /// Runs `job` on the accelerator the plan names, after [`check_hardware`](Self::check_hardware).
-    pub fn run(&self, job: J, plan: &Plan, inventory: &Inventory) -> anyhow::Result<J::Output> {
+    /// Runs `job` on the accelerator the plan names, after [`check_hardware`](Self::check_hardware),
+    /// in a [`RunContext`] of the plan, `collective` (the joined ranks; `None` for one
+    /// process) and the strategies and plugins registered here.
+    pub fn run(
+        &self,
+        job: J,
+        plan: &Plan,
+        collective: Option<Rc<dyn Collective>>,
+        inventory: &Inventory,
+    ) -> anyhow::Result<J::Output> {
         self.check_hardware(plan, inventory)?;
         let index = self
             .catalog
@@ -326,6 +331,11 @@ impl<J: Job> Registry<J> {
             .ok_or_else(|| {
                 anyhow::anyhow!("accelerator `{}` is not registered", plan.accelerator)
             })?;
-        (self.runners[index])(job, plan)
+        let context = RunContext {
+            plan: plan.clone(),
+            collective,
+            factories: Rc::new(self.factories.clone()),
+        };
+        (self.runners[index])(job, &context)
     }
 }

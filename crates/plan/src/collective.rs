@@ -5,11 +5,10 @@
 //! `mpi` crate). Buffers are host slices: the Trainer moves gradients to the host in buckets,
 //! reduces them and moves them back (see `docs/distributed.md`).
 //!
-//! The collective of the running process is installed per thread ([`install`]); the CLI installs
-//! the engine's before it runs a job with more than one process, and ember-core's `Trainer::new`
-//! picks it up, so a model's code never handles it.
+//! The CLI joins the engine's collective before it runs a job with more than one process and
+//! passes it to the job (ember-core's `RunContext`), which hands it to the Trainer, so a
+//! model's code never handles it.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -175,29 +174,4 @@ pub trait Engine {
     /// plan's ranks. A collective that waits longer than `timeout` for the other ranks ends
     /// the run.
     fn join(&self, plan: &Plan, timeout: Duration) -> anyhow::Result<Rc<dyn Collective>>;
-}
-
-thread_local! {
-    static CURRENT: RefCell<Option<Rc<dyn Collective>>> = const { RefCell::new(None) };
-}
-
-/// Makes `collective` this thread's collective until the guard is dropped.
-pub fn install(collective: Rc<dyn Collective>) -> Installed {
-    CURRENT.with(|c| *c.borrow_mut() = Some(collective));
-    Installed(())
-}
-
-/// The collective installed on this thread, if any.
-pub fn current() -> Option<Rc<dyn Collective>> {
-    CURRENT.with(|c| c.borrow().clone())
-}
-
-/// Keeps a collective installed; uninstalls it when dropped.
-#[must_use = "the collective is uninstalled when this guard is dropped"]
-pub struct Installed(());
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        CURRENT.with(|c| c.borrow_mut().take());
-    }
 }

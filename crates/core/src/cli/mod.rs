@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cluster::Env;
-use crate::collective::{self, Engine};
+use crate::collective::Engine;
 use crate::config::{self, ConfigSources};
 use crate::connector::connect;
 use crate::error::{FlagError, list, render};
@@ -219,15 +219,13 @@ where
                         };
                     }
                 };
-                let _installed = collective.clone().map(collective::install);
-                let _plugins = crate::plugins::install(registry.plugin_factories().clone());
                 let job = make_job(Invocation {
                     stage,
                     trainer,
                     model,
                     data,
                 });
-                match registry.run(job, &plan, &inventory) {
+                match registry.run(job, &plan, collective.clone(), &inventory) {
                     Ok(out) => CliOutcome::Ran(out),
                     Err(e) => {
                         // A flag found wrong only once the data is known is still bad input.

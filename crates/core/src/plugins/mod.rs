@@ -3,8 +3,9 @@
 //!
 //! Each is a trait a user can implement outside ember and either register by name (then it is
 //! selectable from the command line) or hand to the Trainer's builder. The registry keeps the
-//! factories of those registered by name ([`PluginFactories`]); the CLI installs them on the
-//! thread that runs the job, so `Trainer::new` builds what the plan names. See `docs/plugins.md`.
+//! factories of those registered by name ([`PluginFactories`], the built-in strategies
+//! included) and passes them to the job in its [`RunContext`](crate::context::RunContext), from
+//! which the Trainer builds what the plan names. See `docs/plugins.md`.
 
 pub mod access;
 pub mod ddp;
@@ -14,13 +15,14 @@ pub(crate) mod reduce;
 pub mod sharded;
 pub mod strategy;
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::checkpoint_io::CheckpointIO;
+use crate::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE};
+use ddp::Ddp;
 use precision::PrecisionPlugin;
-use strategy::StrategyFactory;
+use sharded::DdpSharded;
+use strategy::{SingleDevice, StrategyFactory};
 
 /// Builds a precision plugin registered by name.
 pub type PrecisionFactory = Arc<dyn Fn() -> Box<dyn PrecisionPlugin>>;
@@ -28,12 +30,32 @@ pub type PrecisionFactory = Arc<dyn Fn() -> Box<dyn PrecisionPlugin>>;
 /// Builds a checkpoint IO registered by name.
 pub type CheckpointIoFactory = Arc<dyn Fn() -> Arc<dyn CheckpointIO>>;
 
-/// The factories of strategies, precision plugins and checkpoint IOs registered by name.
-#[derive(Clone, Default)]
+/// The factories of strategies, precision plugins and checkpoint IOs registered by name; by
+/// default the built-in strategies (`single_device`, `ddp`, `ddp_sharded`), which a registry
+/// may override as it may any other.
+#[derive(Clone)]
 pub struct PluginFactories {
     pub(crate) strategies: Vec<(String, StrategyFactory)>,
     pub(crate) precisions: Vec<(String, PrecisionFactory)>,
     pub(crate) checkpoint_ios: Vec<(String, CheckpointIoFactory)>,
+}
+
+impl Default for PluginFactories {
+    fn default() -> Self {
+        let builtin = |name: &str, factory: StrategyFactory| (name.to_owned(), factory);
+        Self {
+            strategies: vec![
+                builtin(
+                    SINGLE_DEVICE,
+                    Arc::new(|p| Ok(Box::new(SingleDevice::new(p)))),
+                ),
+                builtin(DDP, Arc::new(|p| Ok(Box::new(Ddp::new(p))))),
+                builtin(DDP_SHARDED, Arc::new(|p| Ok(Box::new(DdpSharded::new(p))))),
+            ],
+            precisions: Vec::new(),
+            checkpoint_ios: Vec::new(),
+        }
+    }
 }
 
 fn find<'a, T>(entries: &'a [(String, T)], name: &str) -> Option<&'a T> {
@@ -59,30 +81,5 @@ impl PluginFactories {
     pub(crate) fn set<T>(entries: &mut Vec<(String, T)>, name: &str, factory: T) {
         entries.retain(|(n, _)| n != name);
         entries.push((name.to_owned(), factory));
-    }
-}
-
-thread_local! {
-    static CURRENT: RefCell<Option<Rc<PluginFactories>>> = const { RefCell::new(None) };
-}
-
-/// Makes `factories` this thread's registered plugins until the guard is dropped.
-pub fn install(factories: PluginFactories) -> Installed {
-    CURRENT.with(|c| *c.borrow_mut() = Some(Rc::new(factories)));
-    Installed(())
-}
-
-/// The plugins installed on this thread (none outside the CLI).
-pub fn current() -> Rc<PluginFactories> {
-    CURRENT.with(|c| c.borrow().clone()).unwrap_or_default()
-}
-
-/// Keeps plugins installed; uninstalls them when dropped.
-#[must_use = "the plugins are uninstalled when this guard is dropped"]
-pub struct Installed(());
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        CURRENT.with(|c| c.borrow_mut().take());
     }
 }

@@ -11,14 +11,12 @@ use super::dtype;
 use crate::accelerator::Accelerator;
 use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::collective::{Collective, SingleProcess};
+use crate::context::RunContext;
 use crate::options::{CheckpointWrites, TrainerOptions};
 use crate::plan::Plan;
-use crate::plugins::ddp::Ddp;
+use crate::plugins::PluginFactories;
 use crate::plugins::precision::{self, PrecisionPlugin};
-use crate::plugins::sharded::DdpSharded;
-use crate::plugins::strategy::{SingleDevice, Strategy, StrategyFactory, StrategyParts};
-use crate::plugins::{self, PluginFactories};
-use crate::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE};
+use crate::plugins::strategy::{Strategy, StrategyFactory, StrategyParts};
 
 /// A plugin given to [`TrainerBuilder::plugins`], as Lightning's `Trainer(plugins=[...])`
 /// takes them. (A cluster environment decides the plan's ranks, so it is registered on the
@@ -52,6 +50,8 @@ impl Plugin {
 /// Builds a [`Trainer`] from a plan, taking any of its parts as values instead of by name.
 pub struct TrainerBuilder {
     plan: Plan,
+    /// What builds the parts the plan names.
+    factories: Rc<PluginFactories>,
     options: TrainerOptions,
     strategy: Option<StrategyFactory>,
     precision: Option<Box<dyn PrecisionPlugin>>,
@@ -62,14 +62,15 @@ pub struct TrainerBuilder {
 }
 
 impl TrainerBuilder {
-    pub(super) fn new(plan: &Plan, options: TrainerOptions) -> Self {
+    pub(super) fn new(context: &RunContext, options: TrainerOptions) -> Self {
         Self {
-            plan: plan.clone(),
+            plan: context.plan.clone(),
+            factories: Rc::clone(&context.factories),
             options,
             strategy: None,
             precision: None,
             checkpoint_io: None,
-            collective: None,
+            collective: context.collective.clone(),
             clash: None,
         }
     }
@@ -111,8 +112,8 @@ impl TrainerBuilder {
         self.plugins([Plugin::checkpoint_io(io)])
     }
 
-    /// The collective between the run's processes (instead of the one the CLI installed on
-    /// this thread).
+    /// The collective between the run's processes (instead of the context's): a program that
+    /// joins its ranks itself passes it here.
     pub fn collective(mut self, collective: Rc<dyn Collective>) -> Self {
         self.collective = Some(collective);
         self
@@ -122,6 +123,7 @@ impl TrainerBuilder {
     pub fn build<A: Accelerator>(self) -> anyhow::Result<Trainer<A::Backend>> {
         let Self {
             mut plan,
+            factories,
             options,
             strategy,
             precision,
@@ -143,7 +145,12 @@ impl TrainerBuilder {
             .into_iter()
             .next()
             .context("the accelerator returned no device")?;
-        let mut parts = parts(&plan, &options, precision, checkpoint_io, collective)?;
+        let given = Given {
+            precision,
+            checkpoint_io,
+            collective,
+        };
+        let mut parts = parts(&plan, &options, &factories, given)?;
         if plan.process_group_backend.is_some()
             && plan.process_group_backend.as_deref() == A::device_collective_name()
         {
@@ -153,7 +160,7 @@ impl TrainerBuilder {
         dtype::apply::<A::Backend>(&device, parts.precision.precision())?;
         let strategy = match strategy {
             Some(factory) => factory(parts)?,
-            None => strategy_named(&plan.strategy, &plugins::current(), parts)?,
+            None => strategy_named(&plan.strategy, &factories, parts)?,
         };
         let mut trainer = Trainer::with_strategy(device, options, strategy)?;
         trainer.device_stats = A::device_stats;
@@ -161,42 +168,51 @@ impl TrainerBuilder {
     }
 }
 
+/// What the builder was given as values.
+#[derive(Default)]
+pub(super) struct Given {
+    precision: Option<Box<dyn PrecisionPlugin>>,
+    checkpoint_io: Option<Arc<dyn CheckpointIO>>,
+    collective: Option<Rc<dyn Collective>>,
+}
+
 /// The parts every strategy gets: what was given, else what the plan names.
 pub(super) fn parts(
     plan: &Plan,
     options: &TrainerOptions,
-    precision: Option<Box<dyn PrecisionPlugin>>,
-    checkpoint_io: Option<Arc<dyn CheckpointIO>>,
-    collective: Option<Rc<dyn Collective>>,
+    factories: &PluginFactories,
+    given: Given,
 ) -> anyhow::Result<StrategyParts> {
-    let factories = plugins::current();
+    let Given {
+        precision,
+        checkpoint_io,
+        collective,
+    } = given;
     if let Some(missing) = plan
         .plugins
         .iter()
         .find(|n| factories.precision(n).is_none() && factories.checkpoint_io(n).is_none())
     {
         anyhow::bail!(
-            "the plan names plugin `{missing}`, which is not installed on this thread: run through ember's Cli with the Registry that registers it, or pass it to Trainer::builder(..)"
+            "the plan names plugin `{missing}`, which is not registered in this job's context: run through ember's Cli with the Registry that registers it, or pass it to Trainer::builder(..)"
         );
     }
     let precision = match precision {
         Some(plugin) => plugin,
-        None => precision_named(plan, &factories)?,
+        None => precision_named(plan, factories)?,
     };
-    let checkpoint_io = checkpoint_io.unwrap_or_else(|| checkpoint_io_named(plan, &factories));
+    let checkpoint_io = checkpoint_io.unwrap_or_else(|| checkpoint_io_named(plan, factories));
     let checkpoint_io = match options.checkpoint_io {
         CheckpointWrites::Async => Arc::new(AsyncCheckpointIO::wrapping(checkpoint_io)),
         CheckpointWrites::Sync => checkpoint_io,
     };
     let collective = match collective {
         Some(collective) => collective,
-        None if plan.world_size > 1 => crate::collective::current().with_context(|| {
-            format!(
-                "the plan has {} processes but no collective is installed on this thread: run through ember's Cli with a \
-                 distributed engine, or join one (e.g. ember_mpi::MpiEngine) and pass it to Trainer::builder(..).collective(..)",
-                plan.world_size
-            )
-        })?,
+        None if plan.world_size > 1 => anyhow::bail!(
+            "the plan has {} processes but the Trainer was given no collective: run through ember's Cli with a \
+             distributed engine, or join one (e.g. ember_mpi::MpiEngine) and pass it to Trainer::builder(..).collective(..)",
+            plan.world_size
+        ),
         None => Rc::new(SingleProcess),
     };
     Ok(StrategyParts {
@@ -242,21 +258,16 @@ fn checkpoint_io_named(plan: &Plan, factories: &PluginFactories) -> Arc<dyn Chec
         )
 }
 
-/// The strategy registered as `name` (the application's first, then the built-ins).
+/// The strategy registered as `name` (the built-ins, or what the registry registered).
 fn strategy_named(
     name: &str,
     factories: &PluginFactories,
     parts: StrategyParts,
 ) -> anyhow::Result<Box<dyn Strategy>> {
-    if let Some(factory) = factories.strategy(name) {
-        return factory(parts);
-    }
-    match name {
-        SINGLE_DEVICE => Ok(Box::new(SingleDevice::new(parts))),
-        DDP => Ok(Box::new(Ddp::new(parts))),
-        DDP_SHARDED => Ok(Box::new(DdpSharded::new(parts))),
-        other => anyhow::bail!(
-            "the plan names strategy `{other}`, which is not registered in this program (register it on the Registry the CLI runs, or pass it to Trainer::builder(..).strategy(..))"
-        ),
-    }
+    let factory = factories.strategy(name).with_context(|| {
+        format!(
+            "the plan names strategy `{name}`, which is not registered in this job's context (register it on the Registry the CLI runs, or pass it to Trainer::builder(..).strategy(..))"
+        )
+    })?;
+    factory(parts)
 }

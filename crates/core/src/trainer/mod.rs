@@ -39,6 +39,7 @@ use crate::accelerator::{Accelerator, DeviceStats};
 use crate::callbacks::{self, Callback, ModelCheckpoint, ProgressBar};
 use crate::checkpoint_io::CheckpointIO;
 use crate::collective::Collective;
+use crate::context::RunContext;
 use crate::loggers::{Logger, Loggers};
 use crate::options::{LoggerKind, TrainerOptions};
 use crate::plan::Plan;
@@ -100,8 +101,9 @@ pub struct Trainer<B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> Trainer<B> {
     /// A Trainer for the device this process drives under `plan`, on accelerator `A`, with the
-    /// strategy, precision plugin and checkpoint IO the plan names (see [`TrainerBuilder`] to
-    /// give them as values instead).
+    /// built-in strategy, precision plugin and checkpoint IO the plan names, in one process
+    /// (see [`builder_for`](Self::builder_for) for a job's context, [`TrainerBuilder`] to give
+    /// parts as values).
     ///
     /// It refuses `deterministic=true` where the accelerator has no deterministic mode, makes
     /// the precision's compute type the device's float type (see [`dtype`]), and seeds the
@@ -114,9 +116,17 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// A builder that takes a strategy, a precision plugin, a checkpoint IO or a collective
-    /// as values, as Lightning's `Trainer(strategy=..., plugins=[...])` does.
+    /// as values, as Lightning's `Trainer(strategy=..., plugins=[...])` does; what is not
+    /// given comes from the built-ins the plan names, in one process.
     pub fn builder(plan: &Plan, options: TrainerOptions) -> TrainerBuilder {
-        TrainerBuilder::new(plan, options)
+        Self::builder_for(&RunContext::local(plan.clone()), options)
+    }
+
+    /// A builder in a job's context (what [`Job::run`](crate::job::Job::run) is given): its
+    /// plan, its collective, and the strategies and plugins registered by name, which build
+    /// what the plan names unless the builder is given values.
+    pub fn builder_for(context: &RunContext, options: TrainerOptions) -> TrainerBuilder {
+        TrainerBuilder::new(context, options)
     }
 
     /// The run's strategy.
@@ -179,7 +189,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             options.flush_denormal,
             crate::accelerator::AcceleratorKind::Cpu,
         )?;
-        let parts = builder::parts(&plan, &options, None, None, None)?;
+        let factories = crate::plugins::PluginFactories::default();
+        let parts = builder::parts(&plan, &options, &factories, Default::default())?;
         Self::with_strategy(
             device,
             options,
