@@ -119,3 +119,51 @@ fn checkpoint_writes_compose_with_a_given_checkpoint_io() {
         }
     }
 }
+
+/// Builds the Trainer of its context and reports its strategy and precision plugin.
+struct BuildsTrainer;
+
+impl ember::Job for BuildsTrainer {
+    type Output = (String, String);
+    fn run<A: ember::Accelerator>(
+        self,
+        context: &ember::RunContext,
+    ) -> anyhow::Result<Self::Output> {
+        let trainer =
+            Trainer::<A::Backend>::builder_for(context, TrainerOptions::default()).build::<A>()?;
+        Ok((
+            trainer.strategy().name().to_owned(),
+            trainer.precision().name().to_owned(),
+        ))
+    }
+}
+
+/// Issue 32.6: a program that runs its own job through a registry (no CLI) gets what the plan
+/// names by parameters alone: the registered precision plugin, the built-in strategy.
+#[test]
+fn a_job_run_outside_the_cli_builds_the_registered_plugins_the_plan_names() {
+    let registry = ember_acceptance::registry::<BuildsTrainer>()
+        .register_precision("renamed-32", "32-true under another name", || Renamed)
+        .unwrap();
+    let inventory = ember::Inventory::parse("", registry.catalog()).unwrap();
+    let flags = ember::TrainerFlags::default().plugins(&["renamed-32"]);
+    let plan = ember::connect(&flags, &ember::Env::new(), &inventory, registry.catalog()).unwrap();
+    let (strategy, precision) = registry
+        .run(BuildsTrainer, &plan, None, &inventory)
+        .unwrap();
+    assert_eq!(
+        (strategy.as_str(), precision.as_str()),
+        ("single_device", "renamed-32")
+    );
+
+    // Without the registry's context the name means nothing, and the error says where it lives.
+    let alone = Trainer::<B>::new::<CpuAccelerator>(&plan, TrainerOptions::default());
+    let message = format!(
+        "{:#}",
+        alone.err().expect("an unregistered plugin is refused")
+    );
+    assert!(
+        message.contains("renamed-32") && message.contains("Registry"),
+        "{message}"
+    );
+}
