@@ -4,6 +4,8 @@
 //! - the modules of ember-plan and ember-core form no cycle (a module's uses of `crate::...`,
 //!   `super::...` and `self::...` paths, comments left out; a child module may use its
 //!   ancestors);
+//! - nor do their top-level folders (`plugins/`, `trainer/`, ...): a folder that uses another
+//!   is not used by it, through any of their files;
 //! - no source file of either crate is longer than [`MAX_LINES`];
 //! - ember-plan depends on no burn crate.
 
@@ -29,11 +31,16 @@ pub fn check(root: &Path) -> bool {
                 ok = false;
             }
         }
-        let cycles = cycles(&graph(&modules));
-        for cycle in &cycles {
+        let graph = graph(&modules);
+        let module_cycles = cycles(&graph);
+        for cycle in &module_cycles {
             eprintln!("layering: module cycle in {dir}: {}", cycle.join(" -> "));
         }
-        ok &= cycles.is_empty();
+        let folder_cycles = cycles(&folders(&modules, &graph));
+        for cycle in &folder_cycles {
+            eprintln!("layering: folder cycle in {dir}: {}", cycle.join("/ -> "));
+        }
+        ok &= module_cycles.is_empty() && folder_cycles.is_empty();
     }
     ok & plan_has_no_burn(root)
 }
@@ -130,6 +137,30 @@ fn graph(modules: &BTreeMap<String, String>) -> BTreeMap<&str, BTreeSet<&str>> {
             (name.as_str(), used)
         })
         .collect()
+}
+
+/// The module graph between top-level folders: an edge where a module inside one folder uses a
+/// module inside another (files at the crate root are no folder).
+fn folders<'a>(
+    modules: &'a BTreeMap<String, String>,
+    graph: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
+    let folder = |module: &'a str| {
+        let top = module.split("::").next().unwrap_or_default();
+        let has_children = modules.keys().any(|m| m.starts_with(&format!("{top}::")));
+        has_children.then_some(top)
+    };
+    let mut folded: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (&from, targets) in graph {
+        for &to in targets {
+            if let (Some(a), Some(b)) = (folder(from), folder(to))
+                && a != b
+            {
+                folded.entry(a).or_default().insert(b);
+            }
+        }
+    }
+    folded
 }
 
 fn is_ancestor(target: &str, module: &str) -> bool {
@@ -324,6 +355,22 @@ mod tests {
             cycles(&g),
             vec![vec!["a", "c", "a"], vec!["b", "c", "a", "b"]]
         );
+    }
+
+    #[test]
+    fn folders_that_use_each_other_are_a_cycle_though_their_files_are_not() {
+        let m = modules(&[
+            ("", "pub mod p; pub mod t;"),
+            ("p", "pub mod a; pub mod b;"),
+            ("p::a", "use crate::t::x::X;"),
+            ("p::b", ""),
+            ("t", "pub mod x; pub mod y;"),
+            ("t::x", ""),
+            ("t::y", "use crate::p::b::B;"),
+        ]);
+        let g = graph(&m);
+        assert!(cycles(&g).is_empty());
+        assert_eq!(cycles(&folders(&m, &g)), vec![vec!["p", "t", "p"]]);
     }
 
     #[test]

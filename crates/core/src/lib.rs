@@ -43,16 +43,19 @@ pub use flags::TrainerFlags;
 pub use inventory::Inventory;
 pub use job::Job;
 pub use plan::{Launcher, Plan};
-pub use plugins::access::{Gradients, Weights};
+pub use plugins::access::Gradients;
 pub use plugins::ddp::Ddp;
 pub use plugins::precision::{MixedPrecision, PrecisionPlugin, TruePrecision};
+pub use plugins::scaler::GradScaler;
+pub use plugins::shard::Shard;
 pub use plugins::sharded::DdpSharded;
 pub use plugins::strategy::{SingleDevice, Strategy, StrategyParts};
+pub use plugins::weights::Weights;
 pub use precision::Precision;
 pub use registry::{Registry, RegistryError};
 pub use strategy::StrategyInfo;
 pub use trainer::data::{
-    DataLoaders, DataModule, FromDataModule, Given, Loader, Shard, epoch_permutation,
+    DataLoaders, DataModule, FromDataModule, Given, Loader, epoch_permutation,
 };
 pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};
@@ -60,6 +63,5 @@ pub use trainer::module::{
     BatcherFor, EvalBatch, LightningModule, MissingStep, Optimizers, Prediction, SchedulerInterval,
     TrainingModule,
 };
-pub use trainer::scaler::GradScaler;
 pub use trainer::stack::Stack;
 pub use trainer::{FitOutcome, Plugin, Trainer, TrainerBuilder};

@@ -39,7 +39,7 @@ use digits::train::DataConfig;
 use ember::callbacks::{Callback, CallbackContext};
 use ember::cuda::CudaAccelerator;
 use ember::options::Limit;
-use ember::trainer::dtype;
+use ember::plugins::dtype;
 use ember::{Accelerator, Plan, Precision, Trainer, TrainerOptions, epoch_permutation};
 use rounds::{median, rounds};
 

@@ -26,7 +26,7 @@ use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::options::Limit;
-use ember::trainer::dtype;
+use ember::plugins::dtype;
 use ember::{
     Accelerator, AcceleratorKind, DataModule, Plan, Precision, Stage, Trainer, TrainerOptions,
 };

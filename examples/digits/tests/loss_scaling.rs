@@ -11,8 +11,8 @@ use burn_flex::Flex;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
+use ember::plugins::dtype;
 use ember::trainer::checkpoint::Checkpoint;
-use ember::trainer::dtype;
 use ember::{GradScaler, Plan, Precision, Trainer, TrainerOptions};
 use ember_acceptance::HalfCpu;
 

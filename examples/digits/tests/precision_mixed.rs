@@ -8,7 +8,7 @@ use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::cpu::CpuAccelerator;
-use ember::trainer::dtype;
+use ember::plugins::dtype;
 use ember::{Plan, Precision, Trainer};
 
 mod common;

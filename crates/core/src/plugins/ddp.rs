@@ -13,9 +13,10 @@ use burn::module::ParamId;
 use burn::tensor::{DType, TensorData};
 
 use crate::collective::{Collective, ReduceOp};
-use crate::plugins::access::{Gradients, Weights};
+use crate::plugins::access::Gradients;
 use crate::plugins::reduce::{Wire, buckets, scatter_mean};
 use crate::plugins::strategy::{Strategy, StrategyParts};
+use crate::plugins::weights::Weights;
 
 /// Distributed data parallel over the parts' collective (any [`Collective`]).
 pub struct Ddp {

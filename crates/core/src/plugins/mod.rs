@@ -10,10 +10,15 @@
 pub mod access;
 pub mod ddp;
 pub mod device_reduce;
+pub mod dtype;
+pub mod grads;
 pub mod precision;
 pub(crate) mod reduce;
+pub mod scaler;
+pub mod shard;
 pub mod sharded;
 pub mod strategy;
+pub mod weights;
 
 use std::sync::Arc;
 

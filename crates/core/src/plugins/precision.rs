@@ -13,9 +13,9 @@ use burn::tensor::FloatDType;
 use crate::options::ClipAlgorithm;
 use crate::plan::Plan;
 use crate::plugins::access::Gradients;
+use crate::plugins::dtype;
+use crate::plugins::scaler::GradScaler;
 use crate::precision::Precision;
-use crate::trainer::dtype;
-use crate::trainer::scaler::GradScaler;
 
 /// A run's numeric policy, chosen by name (`--trainer.precision`, `--trainer.plugins`) or
 /// given to the Trainer's builder.
@@ -168,7 +168,7 @@ impl PrecisionPlugin for MixedPrecision {
     fn state_key(&self) -> Option<&str> {
         self.scaler
             .as_ref()
-            .map(|_| crate::trainer::scaler::STATE_KEY)
+            .map(|_| crate::plugins::scaler::STATE_KEY)
     }
 
     fn state(&self) -> Vec<u8> {

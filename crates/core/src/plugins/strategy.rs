@@ -18,10 +18,11 @@ use burn::module::ParamId;
 use crate::checkpoint_io::CheckpointIO;
 use crate::collective::{Collective, ReduceOp};
 use crate::plan::Plan;
-use crate::plugins::access::{Gradients, Weights};
+use crate::plugins::access::Gradients;
 use crate::plugins::device_reduce::DeviceCollective;
 use crate::plugins::precision::PrecisionPlugin;
-use crate::trainer::data::Shard;
+use crate::plugins::shard::Shard;
+use crate::plugins::weights::Weights;
 
 /// What the Trainer connects to every strategy it builds.
 pub struct StrategyParts {

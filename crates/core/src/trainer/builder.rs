@@ -7,7 +7,6 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::Trainer;
-use super::dtype;
 use crate::accelerator::Accelerator;
 use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::collective::{Collective, SingleProcess};
@@ -15,6 +14,7 @@ use crate::context::RunContext;
 use crate::options::{CheckpointWrites, TrainerOptions};
 use crate::plan::Plan;
 use crate::plugins::PluginFactories;
+use crate::plugins::dtype;
 use crate::plugins::precision::{self, PrecisionPlugin};
 use crate::plugins::strategy::{Strategy, StrategyFactory, StrategyParts};
 

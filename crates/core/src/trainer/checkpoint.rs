@@ -366,7 +366,7 @@ impl Checkpoint {
     pub fn grad_scaler(
         &self,
         path: &Path,
-    ) -> anyhow::Result<Option<crate::trainer::scaler::GradScaler>> {
+    ) -> anyhow::Result<Option<crate::plugins::scaler::GradScaler>> {
         self.sections
             .get("grad_scaler")
             .map(|bytes| serde_json::from_slice(bytes))

@@ -9,15 +9,12 @@ mod builder;
 pub mod checkpoint;
 pub(crate) mod ckpt_path;
 pub mod data;
-pub mod dtype;
-pub(crate) mod grads;
 pub mod hparams;
 pub mod log;
 pub(crate) mod loops;
 pub mod module;
 
 mod run;
-pub mod scaler;
 pub(crate) mod signals;
 pub mod stack;
 pub(crate) mod state_gather;
@@ -44,17 +41,18 @@ use crate::loggers::{Logger, Loggers};
 use crate::options::{LoggerKind, TrainerOptions};
 use crate::plan::Plan;
 use crate::plugins::precision::{MixedPrecision, PrecisionPlugin};
+use crate::plugins::scaler::{self, GradScaler};
+use crate::plugins::shard::Shard;
 use crate::plugins::strategy::Strategy;
 use crate::stage::Stage;
 pub use builder::{Plugin, TrainerBuilder};
 use checkpoint::Checkpoint;
-use data::{DataModule, FromDataModule, Loader, Shard};
+use data::{DataModule, FromDataModule, Loader};
 use loops::evaluation::EvaluationLoop;
 use loops::fit::FitLoop;
 use loops::prediction::PredictionLoop;
 use loops::schedule::{self, FitSchedule};
 use module::{BatcherFor, LightningModule, TrainingModule};
-use scaler::GradScaler;
 use serde::de::DeserializeOwned;
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.

@@ -14,7 +14,7 @@ pub type Weight = (String, ParamId, TensorData);
 /// Every float and int parameter of `model` by module path, in its own dtype. A bool
 /// parameter is refused: checkpoints hold float and int tensors.
 pub fn weights_of<B: Backend, M: Module<B>>(model: &M) -> anyhow::Result<Vec<Weight>> {
-    sync_running_states::<B, M>(model);
+    crate::plugins::weights::sync_running_states::<B, M>(model);
     let mut collect = CollectWeights::default();
     model.visit(&mut collect);
     ensure!(
@@ -51,14 +51,6 @@ impl<B: Backend> ModuleVisitor<B> for Materialize {
     fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
         let _ = param.val();
     }
-}
-
-/// Brings burn's `RunningState`s (batch-norm statistics) up to date. A training step leaves
-/// its update pending until the next step reads it, so a visitor would see the value from
-/// one step before; recording the module syncs them, and a module's clones share its running
-/// states, so recording a clone syncs the model's own.
-pub(crate) fn sync_running_states<B: Backend, M: Module<B>>(model: &M) {
-    let _ = model.clone().into_record();
 }
 
 /// Collects parameters with the path of module names that leads to them.

@@ -24,10 +24,11 @@ use burn::tensor::{DType, TensorData};
 
 use self::norm::ShardedGradients;
 pub use self::partition::Partition;
-use crate::plugins::access::{Gradients, Weights};
+use crate::plugins::access::Gradients;
 use crate::plugins::ddp::Ddp;
 use crate::plugins::reduce::{Wire, buckets, scatter_mean};
 use crate::plugins::strategy::{Strategy, StrategyParts};
+use crate::plugins::weights::Weights;
 
 /// Sharded data parallel over the parts' collective.
 pub struct DdpSharded {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use burn::module::ParamId;
 
-use crate::plugins::access::ParamInfo;
+use crate::plugins::weights::ParamInfo;
 
 /// The parameters that take gradients, each with the rank that owns it.
 #[derive(Debug, Clone)]

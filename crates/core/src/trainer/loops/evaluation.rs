@@ -7,12 +7,13 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 
+use crate::plugins::dtype;
 use crate::stage::Stage;
 use crate::trainer::data::Loader;
 use crate::trainer::log::{MetricCollector, StepLog};
 use crate::trainer::module::{LightningModule, MissingStep};
 use crate::trainer::run::Run;
-use crate::trainer::{Inner, Trainer, dtype};
+use crate::trainer::{Inner, Trainer};
 
 /// A pass of `batches` batches of a validation (or sanity check) or test loader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

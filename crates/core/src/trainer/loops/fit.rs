@@ -17,9 +17,10 @@ use super::evaluation::EvaluationLoop;
 use super::schedule::FitSchedule;
 use crate::callbacks::{self, Callback, CallbackContext};
 use crate::optim::{self, ExactState};
-use crate::plugins::access::{ModelWeights, Weights};
+use crate::plugins::dtype;
 use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::strategy::Strategy;
+use crate::plugins::weights::{ModelWeights, Weights};
 use crate::stage::Stage;
 use crate::trainer::checkpoint::Checkpoint;
 use crate::trainer::data::Loader;
@@ -31,7 +32,7 @@ use crate::trainer::module::{
 use crate::trainer::run::{FitParts, Run};
 use crate::trainer::signals::{self, StopSignals};
 use crate::trainer::state_gather::StateGather;
-use crate::trainer::{FitOutcome, Inner, Trainer, dtype};
+use crate::trainer::{FitOutcome, Inner, Trainer};
 
 /// Where the fit loop is: the epoch, and the batches of it already done (when resuming).
 #[derive(Debug, Clone, Copy, Default)]

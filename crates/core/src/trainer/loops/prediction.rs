@@ -9,7 +9,8 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
-use crate::trainer::data::{Loader, Shard};
+use crate::plugins::shard::Shard;
+use crate::trainer::data::Loader;
 use crate::trainer::module::LightningModule;
 use crate::trainer::run::Run;
 use crate::trainer::{Inner, Trainer};

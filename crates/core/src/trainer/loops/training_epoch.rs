@@ -9,10 +9,11 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::fit::FitLoop;
 use crate::callbacks;
-use crate::plugins::access::{ModelGradients, ModelWeights};
+use crate::plugins::access::ModelGradients;
+use crate::plugins::dtype;
+use crate::plugins::weights::ModelWeights;
 use crate::stage::Stage;
 use crate::trainer::data::Loader;
-use crate::trainer::dtype;
 use crate::trainer::log::StepLog;
 use crate::trainer::module::{BatcherFor, SchedulerInterval, TrainingModule};
 
