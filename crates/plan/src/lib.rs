@@ -18,6 +18,7 @@ pub mod devices;
 pub mod error;
 pub mod flags;
 pub mod inventory;
+pub mod names;
 pub mod options;
 pub mod plan;
 pub mod precision;

@@ -69,14 +69,14 @@ impl Plan {
     pub fn local(accelerator: &str, precision: Precision) -> Self {
         Self {
             accelerator: accelerator.to_owned(),
-            strategy: crate::strategy::SINGLE_DEVICE.to_owned(),
+            strategy: crate::names::SINGLE_DEVICE.to_owned(),
             devices: vec![0],
             num_nodes: 1,
             precision,
             flush_denormal: crate::accelerator::FLUSH_DENORMAL_SUPPORTED,
             plugins: Vec::new(),
             process_group_backend: None,
-            cluster_environment: crate::cluster::LOCAL.to_owned(),
+            cluster_environment: crate::names::LOCAL.to_owned(),
             world_size: 1,
             global_rank: 0,
             local_rank: 0,
@@ -89,7 +89,7 @@ impl Plan {
 
     /// The launcher this plan needs.
     pub fn launcher(&self) -> Launcher {
-        if self.cluster_environment == crate::cluster::LOCAL && self.devices.len() > 1 {
+        if self.cluster_environment == crate::names::LOCAL && self.devices.len() > 1 {
             Launcher::Local {
                 processes: self.devices.len(),
             }

@@ -48,12 +48,7 @@ impl StrategyInfo {
     }
 }
 
-/// Name of the one-device strategy.
-pub const SINGLE_DEVICE: &str = "single_device";
-/// Name of the distributed data parallel strategy.
-pub const DDP: &str = "ddp";
-/// Name of the sharded data parallel strategy (optimizer state and gradients partitioned).
-pub const DDP_SHARDED: &str = "ddp_sharded";
+pub use crate::names::{DDP, DDP_SHARDED, SINGLE_DEVICE};
 
 /// The strategies every registry starts with.
 pub fn builtin_strategies() -> Vec<StrategyInfo> {

@@ -247,9 +247,8 @@ pub struct MetricCollector {
     step_sync: BTreeSet<String>,
     /// Values shown in the progress bar, by final name.
     pub prog_bar: BTreeMap<String, f64>,
-    /// The step values logged since each name's latest logging step, unread until
-    /// [`take_pending`](Self::take_pending) asks (reading every step would wait for the device
-    /// every step).
+    /// Step values logged since each name's latest logging step, read only when
+    /// [`take_pending`](Self::take_pending) asks (not every step: each read waits for the device).
     pending: BTreeMap<String, Pending>,
 }
 
@@ -315,9 +314,8 @@ impl MetricCollector {
         }
     }
 
-    /// The step values logged since their latest logging step (read now), with `sync_dist`
-    /// values averaged as [`take_step`](Self::take_step) does: what is current at the end of
-    /// an epoch, when the last step was not a logging step.
+    /// The step values logged since their latest logging step, read now and `sync_dist` ones
+    /// averaged as [`take_step`](Self::take_step) does: the current values at an epoch's end.
     pub fn take_pending(
         &mut self,
         collective: Option<&dyn Collective>,

@@ -28,8 +28,7 @@ pub const DEFAULT_MAIN_ADDRESS: &str = "127.0.0.1";
 /// Port used when no environment names one (torch's default rendezvous port).
 pub const DEFAULT_MAIN_PORT: u16 = 29500;
 
-/// Name of the environment ember's own launcher (or a user setting `LOCAL_RANK` by hand) runs in.
-pub const LOCAL: &str = "local";
+pub use crate::names::LOCAL;
 
 /// Where a run's processes come from, and each process's place in the world.
 ///
