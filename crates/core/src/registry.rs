@@ -4,7 +4,10 @@ use std::fmt;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use crate::accelerator::{self, Accelerator, AcceleratorKind};
+use crate::callbacks::{Callback, CallbackFactory};
 use crate::catalog::{Catalog, PluginInfo, PluginKind, RESERVED_ACCELERATOR_NAMES};
 use crate::check::PlanCheck;
 use crate::checkpoint_io::CheckpointIO;
@@ -14,6 +17,7 @@ use crate::context::RunContext;
 use crate::error::{FlagError, PlanResult};
 use crate::inventory::{INVENTORY_VAR, Inventory};
 use crate::job::Job;
+use crate::options::{CALLBACK_NAMES, callback_key};
 use crate::plan::Plan;
 use crate::plugins::PluginFactories;
 use crate::plugins::precision::PrecisionPlugin;
@@ -245,6 +249,34 @@ impl<J: Job> Registry<J> {
         Ok(self)
     }
 
+    /// Registers a callback built by `factory` from its `init_args` (a JSON table, `{}` when
+    /// none are given); it becomes selectable as `--trainer.callbacks=[NAME]` or as
+    /// `{class_path: NAME, init_args: {...}}` in a config file, and is listed in `--help`. Names
+    /// match as the built-ins' do (case, `_` and `-` aside), so `MyCallback` selects `my_callback`.
+    pub fn register_callback<C: Callback + 'static>(
+        mut self,
+        name: &str,
+        description: &str,
+        factory: impl Fn(&Value) -> anyhow::Result<C> + 'static,
+    ) -> Result<Self, RegistryError> {
+        check_name("callback", name)?;
+        let key = callback_key(name);
+        let taken = CALLBACK_NAMES.iter().map(|(n, _)| *n);
+        let taken = taken.chain(self.catalog.callbacks.iter().map(|(n, _)| n.as_str()));
+        if taken.map(callback_key).any(|k| k == key) {
+            return Err(RegistryError::Duplicate {
+                what: "callback",
+                name: name.to_owned(),
+            });
+        }
+        let entry = (name.to_owned(), description.to_owned());
+        self.catalog.callbacks.push(entry);
+        let factory: CallbackFactory =
+            Arc::new(move |args| Ok(Box::new(factory(args)?) as Box<dyn Callback>));
+        PluginFactories::set(&mut self.factories.callbacks, name, factory);
+        Ok(self)
+    }
+
     /// Refuses a plugin or environment name that is malformed or already means something.
     fn check_free(&self, what: &'static str, name: &str) -> Result<(), RegistryError> {
         check_name(what, name)?;
@@ -276,6 +308,11 @@ impl<J: Job> Registry<J> {
             check,
         });
         Ok(())
+    }
+
+    /// The strategies, plugins and callbacks registered by name, with their factories.
+    pub fn factories(&self) -> &PluginFactories {
+        &self.factories
     }
 
     /// What the connector needs to know about the registered names.

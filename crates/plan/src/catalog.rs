@@ -85,6 +85,9 @@ pub struct Catalog {
     /// Cluster environments in detection order: those the application registered, then the
     /// built-ins (local last).
     pub cluster_environments: Vec<Arc<dyn ClusterEnvironment>>,
+    /// Callbacks the application registered by name, with their descriptions (the built-ins
+    /// are `options::CALLBACK_NAMES`).
+    pub callbacks: Vec<(String, String)>,
 }
 
 impl Default for Catalog {
@@ -94,6 +97,7 @@ impl Default for Catalog {
             strategies: builtin_strategies(),
             plugins: Vec::new(),
             cluster_environments: builtin_environments(),
+            callbacks: Vec::new(),
         }
     }
 }
@@ -104,6 +108,7 @@ impl std::fmt::Debug for Catalog {
             .field("accelerators", &self.accelerators)
             .field("strategies", &self.strategies)
             .field("plugins", &self.plugins)
+            .field("callbacks", &self.callbacks)
             .field(
                 "cluster_environments",
                 &self.cluster_environment_names().collect::<Vec<_>>(),

@@ -6,10 +6,13 @@
 //!   whose gradients are not finite.
 //! - [`RenamedElastic`], a cluster environment: a torchelastic-style reader of a scheduler
 //!   that names its variables `JOB_*`.
+//! - [`EpochLine`], a callback selectable by name: a line per training epoch with the metrics
+//!   its `init_args` name.
 //!
 //! `src/main.rs` registers them; see `docs/plugins.md`.
 
 use ember::burn::tensor::{DType, TensorData};
+use ember::callbacks::{Callback, CallbackContext};
 use ember::cluster::{Env, Ranks, optional_usize, required_usize};
 use ember::collective::ReduceOp;
 use ember::error::PlanResult;
@@ -205,6 +208,58 @@ impl ClusterEnvironment for RenamedElastic {
             ranks.main_address = host.clone();
         }
         Ok(ranks)
+    }
+}
+
+/// A callback registered by name: at the end of every training epoch, rank 0 prints
+/// `epoch_line: epoch E step S` and the current value of each metric it was given
+/// (`--trainer.callbacks=[{class_path: EpochLine, init_args: {metrics: [train_loss]}}]`).
+pub struct EpochLine {
+    metrics: Vec<String>,
+}
+
+/// [`EpochLine`]'s `init_args`.
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct EpochLineArgs {
+    metrics: Vec<String>,
+}
+
+impl EpochLine {
+    /// Name it is registered under.
+    pub const NAME: &'static str = "epoch_line";
+
+    /// The callback its `init_args` describe (`{}`: no metrics).
+    pub fn from_args(args: &serde_json::Value) -> anyhow::Result<Self> {
+        let args: EpochLineArgs = serde_json::from_value(args.clone())?;
+        Ok(Self {
+            metrics: args.metrics,
+        })
+    }
+}
+
+impl Callback for EpochLine {
+    fn name(&self) -> &str {
+        "EpochLine"
+    }
+
+    fn on_train_epoch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        let state = &ctx.state;
+        if !state.is_global_zero {
+            return Ok(());
+        }
+        let mut line = format!(
+            "epoch_line: epoch {} step {}",
+            state.epoch, state.global_step
+        );
+        for name in &self.metrics {
+            match state.callback_metrics.get(name) {
+                Some(value) => line.push_str(&format!(" {name} {value:.4}")),
+                None => line.push_str(&format!(" {name} -")),
+            }
+        }
+        eprintln!("{line}");
+        Ok(())
     }
 }
 

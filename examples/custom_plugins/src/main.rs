@@ -1,10 +1,10 @@
-//! The digits app with three plugins of its own, registered by its `App`:
-//! `--trainer.strategy=local_sgd`, `--trainer.precision=bf16-static-scale`, and the `renamed`
-//! cluster environment. `main` stays `ember::run`.
+//! The digits app with plugins of its own, registered by its `App`:
+//! `--trainer.strategy=local_sgd`, `--trainer.precision=bf16-static-scale`, the `renamed`
+//! cluster environment and the `EpochLine` callback. `main` stays `ember::run`.
 
 use std::process::ExitCode;
 
-use custom_plugins::{LocalSgd, RenamedElastic, StaticLossScale};
+use custom_plugins::{EpochLine, LocalSgd, RenamedElastic, StaticLossScale};
 use digits::Digits;
 use ember::burn::tensor::backend::AutodiffBackend;
 use ember::{App, AppJob, Registry, RegistryError, StrategyInfo, TrainerFlags};
@@ -50,7 +50,12 @@ impl App for CustomPlugins {
                     skipped: 0,
                 },
             )?
-            .register_cluster_environment(RenamedElastic)
+            .register_cluster_environment(RenamedElastic)?
+            .register_callback(
+                EpochLine::NAME,
+                "example: a line per training epoch with the metrics init_args names",
+                EpochLine::from_args,
+            )
     }
 }
 

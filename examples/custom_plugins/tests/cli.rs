@@ -56,12 +56,12 @@ const FIT: [&str; 4] = [
 ];
 
 #[test]
-fn the_three_plugins_are_listed_in_help() {
+fn the_plugins_and_the_callback_are_listed_in_help() {
     let dir = tempfile::tempdir().unwrap();
     let out = app_in(dir.path(), &["fit", "--help"], &[]);
     assert!(out.status.success(), "{}", text(&out));
     let help = String::from_utf8_lossy(&out.stdout);
-    for name in ["local_sgd", "bf16-static-scale", "renamed"] {
+    for name in ["local_sgd", "bf16-static-scale", "renamed", "epoch_line"] {
         assert!(help.contains(name), "{name} missing from:\n{help}");
     }
 }
@@ -214,6 +214,57 @@ fn local_sgd_on_one_process_is_refused_while_planning() {
     ];
     let out = app_in(dir.path(), &args, &[]);
     assert!(out.status.success(), "{}", text(&out));
+}
+
+/// Issue 32.8: a callback registered by name is selected from the command line, by name or
+/// as a `{class_path, init_args}` table; bad `init_args` and unknown names exit 2.
+#[test]
+fn a_registered_callback_is_selected_by_name_with_its_init_args() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = FIT.to_vec();
+    args.extend(["--trainer.max_epochs=2", "--trainer.callbacks=[EpochLine]"]);
+    let out = app_in(dir.path(), &args, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("epoch_line:"))
+        .collect();
+    assert_eq!(
+        lines,
+        ["epoch_line: epoch 0 step 23", "epoch_line: epoch 1 step 46"]
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = FIT.to_vec();
+    args.extend([
+        "--trainer.max_epochs=1",
+        "--trainer.callbacks=[{class_path: epoch_line, init_args: {metrics: [train_loss, nope]}}]",
+    ]);
+    let out = app_in(dir.path(), &args, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("epoch_line:"))
+        .unwrap();
+    let loss = line
+        .split(" train_loss ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next());
+    assert!(loss.is_some_and(|l| l.parse::<f64>().is_ok()), "{line}");
+    assert!(line.ends_with(" nope -"), "{line}");
+
+    let err = refused(&[
+        "fit",
+        "--trainer.callbacks=[{class_path: EpochLine, init_args: {metric: x}}]",
+    ]);
+    assert!(
+        err.contains("--trainer.callbacks") && err.contains("metric"),
+        "{err}"
+    );
+    let err = refused(&["fit", "--trainer.callbacks=[EpochLines]"]);
+    assert!(err.contains("registered: epoch_line"), "{err}");
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //!
 //! A callback sees the loop's state through a [`CallbackContext`]: counters, the latest
 //! metrics, the loggers, the device's stats, and (during `fit`) a way to save a checkpoint.
-//! It can ask the loop to stop by setting `state.should_stop`. The built-in ones are usable
-//! from Rust and from config (`--trainer.callbacks=[...]`, see [`from_spec`]).
+//! It can ask the loop to stop by setting `state.should_stop`. The built-in ones, and those an
+//! application registers by name (`Registry::register_callback`), are usable from Rust and
+//! from config (`--trainer.callbacks=[...]`, see [`from_spec`]).
 
 mod device_stats;
 mod early_stopping;
@@ -13,6 +14,7 @@ mod progress;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -26,7 +28,7 @@ use crate::accelerator::DeviceStats;
 use crate::checkpoint_io::CheckpointIO;
 use crate::error::{FlagError, PlanResult};
 use crate::loggers::Loggers;
-use crate::options::{CallbackSpec, init_args, unknown_callback};
+use crate::options::{CallbackSpec, callback_key, init_args, unknown_callback};
 use crate::stage::Stage;
 
 /// Whether a monitored value should go down or up.
@@ -264,9 +266,18 @@ pub trait Callback {
     }
 }
 
-/// Builds a callback named in config. Names match case- and `_`-insensitively, and a
-/// Lightning class path (`lightning.pytorch.callbacks.EarlyStopping`) uses its last part.
-pub fn from_spec(spec: &CallbackSpec) -> PlanResult<Box<dyn Callback>> {
+/// Builds a callback registered by name from its `init_args` (a table; `{}` when none).
+pub type CallbackFactory = Arc<dyn Fn(&Value) -> anyhow::Result<Box<dyn Callback>>>;
+
+/// Builds a callback named in config: a built-in, else one of `registered`. Names match case-
+/// and `_`-insensitively, and a Lightning class path (`lightning.pytorch.callbacks.EarlyStopping`)
+/// uses its last part.
+pub fn from_spec(
+    spec: &CallbackSpec,
+    registered: &[(String, CallbackFactory)],
+) -> PlanResult<Box<dyn Callback>> {
+    let flag_error =
+        |message: String| FlagError::new("--trainer.callbacks", &spec.class_path, message);
     Ok(match spec.known_name() {
         Some("ModelCheckpoint") => Box::new(ModelCheckpoint::new(init_args(spec)?)),
         Some("EarlyStopping") => Box::new(EarlyStopping::new(init_args(spec)?)?),
@@ -274,18 +285,25 @@ pub fn from_spec(spec: &CallbackSpec) -> PlanResult<Box<dyn Callback>> {
         Some("DeviceStatsMonitor") => Box::new(DeviceStatsMonitor::new(init_args(spec)?)),
         Some("ProgressBar") => Box::new(ProgressBar::new(init_args(spec)?)),
         _ => {
-            return Err(FlagError::new(
-                "--trainer.callbacks",
-                &spec.class_path,
-                unknown_callback(),
-            ));
+            let key = callback_key(&spec.class_path);
+            let Some((_, factory)) = registered.iter().find(|(n, _)| callback_key(n) == key) else {
+                let names = registered.iter().map(|(n, _)| n.as_str());
+                return Err(flag_error(unknown_callback(names)));
+            };
+            factory(&spec.init_args).map_err(|e| flag_error(format!("{e:#}")))?
         }
     })
 }
 
 /// Builds every callback of a config list (a typo is a plan-time error).
-pub fn from_specs(specs: &[CallbackSpec]) -> PlanResult<Vec<Box<dyn Callback>>> {
-    specs.iter().map(from_spec).collect()
+pub fn from_specs(
+    specs: &[CallbackSpec],
+    registered: &[(String, CallbackFactory)],
+) -> PlanResult<Vec<Box<dyn Callback>>> {
+    specs
+        .iter()
+        .map(|spec| from_spec(spec, registered))
+        .collect()
 }
 
 #[cfg(test)]
@@ -304,19 +322,19 @@ mod tests {
                 class_path: name.into(),
                 init_args: json!({"monitor": "val_loss"}),
             };
-            assert_eq!(from_spec(&spec).unwrap().name(), "EarlyStopping");
+            assert_eq!(from_spec(&spec, &[]).unwrap().name(), "EarlyStopping");
         }
         let spec = CallbackSpec {
             class_path: "Swa".into(),
             init_args: json!({}),
         };
-        let e = from_spec(&spec).err().unwrap();
+        let e = from_spec(&spec, &[]).err().unwrap();
         assert!(e.message.contains("ModelCheckpoint"), "{e}");
         let spec = CallbackSpec {
             class_path: "EarlyStopping".into(),
             init_args: json!({"monitor": "x", "patiense": 2}),
         };
-        let e = from_spec(&spec).err().unwrap();
+        let e = from_spec(&spec, &[]).err().unwrap();
         assert!(e.message.contains("patiense"), "{e}");
     }
 

@@ -64,7 +64,15 @@ pub(super) fn names_help(catalog: &Catalog, defaults: &Value) -> String {
         ),
         (
             "Callbacks (--trainer.callbacks; settings as {class_path, init_args}):",
-            CALLBACK_NAMES.to_vec(),
+            CALLBACK_NAMES
+                .into_iter()
+                .chain(
+                    catalog
+                        .callbacks
+                        .iter()
+                        .map(|(n, d)| (n.as_str(), d.as_str())),
+                )
+                .collect(),
         ),
     ] {
         if rows.is_empty() {

@@ -281,7 +281,7 @@ where
             return Ok(Prepared::Printed(yaml));
         }
         let trainer = TrainerFlags::from_value(&merged["trainer"])?;
-        crate::callbacks::from_specs(&trainer.options.callbacks)?;
+        crate::callbacks::from_specs(&trainer.options.callbacks, registry.factories().callbacks())?;
         let model = section("model", &merged, defaults)?;
         let data = section("data", &merged, defaults)?;
         let inventory = Inventory::from_env(env, registry.catalog())?;

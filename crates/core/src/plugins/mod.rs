@@ -22,6 +22,7 @@ pub mod weights;
 
 use std::sync::Arc;
 
+use crate::callbacks::CallbackFactory;
 use crate::checkpoint_io::CheckpointIO;
 use crate::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE};
 use ddp::Ddp;
@@ -35,7 +36,8 @@ pub type PrecisionFactory = Arc<dyn Fn() -> Box<dyn PrecisionPlugin>>;
 /// Builds a checkpoint IO registered by name.
 pub type CheckpointIoFactory = Arc<dyn Fn() -> Arc<dyn CheckpointIO>>;
 
-/// The factories of strategies, precision plugins and checkpoint IOs registered by name; by
+/// The factories of strategies, precision plugins, checkpoint IOs and callbacks registered by
+/// name; by
 /// default the built-in strategies (`single_device`, `ddp`, `ddp_sharded`), which a registry
 /// may override as it may any other.
 #[derive(Clone)]
@@ -43,6 +45,7 @@ pub struct PluginFactories {
     pub(crate) strategies: Vec<(String, StrategyFactory)>,
     pub(crate) precisions: Vec<(String, PrecisionFactory)>,
     pub(crate) checkpoint_ios: Vec<(String, CheckpointIoFactory)>,
+    pub(crate) callbacks: Vec<(String, CallbackFactory)>,
 }
 
 impl Default for PluginFactories {
@@ -59,6 +62,7 @@ impl Default for PluginFactories {
             ],
             precisions: Vec::new(),
             checkpoint_ios: Vec::new(),
+            callbacks: Vec::new(),
         }
     }
 }
@@ -81,6 +85,11 @@ impl PluginFactories {
     /// The factory of the checkpoint IO registered under `name`.
     pub fn checkpoint_io(&self, name: &str) -> Option<&CheckpointIoFactory> {
         find(&self.checkpoint_ios, name)
+    }
+
+    /// The callbacks registered by name, with their factories.
+    pub fn callbacks(&self) -> &[(String, CallbackFactory)] {
+        &self.callbacks
     }
 
     pub(crate) fn set<T>(entries: &mut Vec<(String, T)>, name: &str, factory: T) {

@@ -40,6 +40,7 @@ use crate::context::RunContext;
 use crate::loggers::{Logger, Loggers};
 use crate::options::{LoggerKind, TrainerOptions};
 use crate::plan::Plan;
+use crate::plugins::PluginFactories;
 use crate::plugins::precision::{MixedPrecision, PrecisionPlugin};
 use crate::plugins::scaler::{self, GradScaler};
 use crate::plugins::shard::Shard;
@@ -187,13 +188,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             options.flush_denormal,
             crate::accelerator::AcceleratorKind::Cpu,
         )?;
-        let factories = crate::plugins::PluginFactories::default();
+        let factories = PluginFactories::default();
         let parts = builder::parts(&plan, &options, &factories, Default::default())?;
-        Self::with_strategy(
-            device,
-            options,
-            Box::new(crate::plugins::strategy::SingleDevice::new(parts)),
-        )
+        let strategy = Box::new(crate::plugins::strategy::SingleDevice::new(parts));
+        Self::with_strategy(device, options, strategy, &factories)
     }
 
     /// A Trainer on `device` run by `strategy`: the seed (rank 0's when there are several
@@ -202,6 +200,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         device: B::Device,
         options: TrainerOptions,
         strategy: Box<dyn Strategy>,
+        factories: &PluginFactories,
     ) -> anyhow::Result<Self> {
         options.check()?;
         // Before the backend is seeded and the model initialised, as a hand-written loop
@@ -213,7 +212,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             .unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
         let seed = strategy.broadcast_seed(seed)?;
         B::seed(&device, seed);
-        let mut callbacks = callbacks::from_specs(&options.callbacks)?;
+        let mut callbacks = callbacks::from_specs(&options.callbacks, factories.callbacks())?;
         if options.enable_progress_bar && !callbacks.iter().any(|c| c.name() == "ProgressBar") {
             callbacks.push(Box::new(ProgressBar::new(Default::default())));
         }

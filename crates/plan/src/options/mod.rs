@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::{FlagError, PlanResult, render};
-pub use callbacks::{CALLBACK_NAMES, CallbackSpec, Callbacks, unknown_callback};
+pub use callbacks::{CALLBACK_NAMES, CallbackSpec, Callbacks, callback_key, unknown_callback};
 pub use values::{
     CheckpointWrites, ClipAlgorithm, Count, CountOrNull, Directory, EpochLimit, FileOrNull, Flag,
     FlagOrCount, FlagOrNull, Interval, Kind, Limit, LoggerKind, Loggers, Megabytes, Positive,
