@@ -156,19 +156,14 @@ impl PrecisionPlugin for StaticLossScale {
         ]
     }
 
-    fn state_key(&self) -> Option<&str> {
-        Some("static_loss_scale")
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({ "skipped": self.skipped }))
     }
 
-    fn state(&self) -> Vec<u8> {
-        self.skipped.to_le_bytes().to_vec()
-    }
-
-    fn load_state(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        let bytes: [u8; 8] = bytes
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("expected 8 bytes of skipped steps"))?;
-        self.skipped = u64::from_le_bytes(bytes);
+    fn load_state(&mut self, state: &serde_json::Value) -> anyhow::Result<()> {
+        self.skipped = state["skipped"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("expected {{skipped: N}}, got {state}"))?;
         Ok(())
     }
 }

@@ -7,7 +7,6 @@
 //! reaches exactly the tensors the loop's own code would, in the model's visit order.
 
 use std::collections::HashMap;
-use std::marker::PhantomData;
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
@@ -44,23 +43,39 @@ pub trait Gradients {
     /// Clips on the device: by global norm or by value, as `gradient_clip_algorithm` says.
     fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64);
 
+    /// burn's container itself, for a plugin that knows the backend and the ranks.
+    fn params(&mut self) -> &mut GradientsParams;
+
+    /// What data-parallel strategies need besides ([`ParallelGradients`]); `None` (the
+    /// default) for a view that offers none, which `ddp` on a device collective and
+    /// `ddp_sharded` then refuse with an error. The Trainer's own gradients offer it.
+    fn parallel(&self) -> Option<&dyn ParallelGradients> {
+        None
+    }
+
+    /// [`parallel`](Self::parallel), to change the gradients.
+    fn parallel_mut(&mut self) -> Option<&mut dyn ParallelGradients> {
+        None
+    }
+}
+
+/// The parts of a step's gradients that the built-in data-parallel strategies work with:
+/// per-parameter sums of squares for a norm over ranks that hold different gradients, and the
+/// average over ranks on the device. A view wrapping the Trainer's gradients hands these on.
+pub trait ParallelGradients: Gradients {
     /// Each gradient's sum of squares (one element, in the gradient's dtype), in visit order
     /// (one host read): the parts a strategy whose ranks hold different gradients gathers to
     /// compute the global norm with [`norm_of_squares`](Self::norm_of_squares).
     fn squares(&self) -> Vec<(ParamId, TensorData)>;
 
     /// The L2 norm that sums of squares (as [`squares`](Self::squares) gives them, from any
-    /// rank, in visit order) make, computed as [`global_norm`](Self::global_norm) computes its
+    /// rank, in visit order) make, computed as [`Gradients::global_norm`] computes its
     /// own; `None` when there are none.
     fn norm_of_squares(&self, squares: Vec<TensorData>) -> Option<f64>;
 
     /// Clips these gradients by the global norm that `squares` make (as
-    /// [`clip`](Self::clip) does by their own norm).
+    /// [`Gradients::clip`] does by their own norm).
     fn clip_to_norm_of(&mut self, squares: Vec<TensorData>, max_norm: f64);
-
-    /// Drops the gradients of the parameters `keep` refuses (the optimizer then leaves those
-    /// parameters alone): a sharded strategy keeps only what its rank owns.
-    fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool);
 
     /// Averages every gradient over `world_size` ranks on the device, summing through
     /// `collective` in buckets of at most `bucket_cap_bytes`; returns the bytes reduced.
@@ -70,9 +85,13 @@ pub trait Gradients {
         world_size: usize,
         bucket_cap_bytes: usize,
     ) -> anyhow::Result<usize>;
+}
 
-    /// burn's container itself, for a plugin that knows the backend and the ranks.
-    fn params(&mut self) -> &mut GradientsParams;
+/// The error of a strategy given gradients without [`ParallelGradients`].
+pub(crate) fn not_parallel() -> anyhow::Error {
+    anyhow::anyhow!(
+        "these gradients offer no ParallelGradients (Gradients::parallel returned None): a data-parallel strategy cannot reduce them"
+    )
 }
 
 /// A borrowed view is a view (a strategy's [`precision_view`] may hand it on unchanged).
@@ -97,28 +116,14 @@ impl<G: Gradients + ?Sized> Gradients for &mut G {
     fn clip(&mut self, algorithm: ClipAlgorithm, threshold: f64) {
         (**self).clip(algorithm, threshold);
     }
-    fn squares(&self) -> Vec<(ParamId, TensorData)> {
-        (**self).squares()
-    }
-    fn norm_of_squares(&self, squares: Vec<TensorData>) -> Option<f64> {
-        (**self).norm_of_squares(squares)
-    }
-    fn clip_to_norm_of(&mut self, squares: Vec<TensorData>, max_norm: f64) {
-        (**self).clip_to_norm_of(squares, max_norm);
-    }
-    fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool) {
-        (**self).retain(keep);
-    }
-    fn average_on_device(
-        &mut self,
-        collective: &dyn DeviceCollective,
-        world_size: usize,
-        bucket_cap_bytes: usize,
-    ) -> anyhow::Result<usize> {
-        (**self).average_on_device(collective, world_size, bucket_cap_bytes)
-    }
     fn params(&mut self) -> &mut GradientsParams {
         (**self).params()
+    }
+    fn parallel(&self) -> Option<&dyn ParallelGradients> {
+        (**self).parallel()
+    }
+    fn parallel_mut(&mut self) -> Option<&mut dyn ParallelGradients> {
+        (**self).parallel_mut()
     }
 }
 
@@ -193,6 +198,20 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Gradients for ModelGradients<'_, 
         grads::clip::<B, M>(self.model, self.grads, algorithm, threshold);
     }
 
+    fn params(&mut self) -> &mut GradientsParams {
+        self.grads
+    }
+
+    fn parallel(&self) -> Option<&dyn ParallelGradients> {
+        Some(self)
+    }
+
+    fn parallel_mut(&mut self) -> Option<&mut dyn ParallelGradients> {
+        Some(self)
+    }
+}
+
+impl<B: AutodiffBackend, M: AutodiffModule<B>> ParallelGradients for ModelGradients<'_, B, M> {
     fn squares(&self) -> Vec<(ParamId, TensorData)> {
         grads::squares::<B, M>(self.model, self.grads)
             .into_iter()
@@ -211,14 +230,6 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Gradients for ModelGradients<'_, 
         }
     }
 
-    fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool) {
-        self.model.visit(&mut RetainGrads::<B> {
-            grads: self.grads,
-            keep,
-            _backend: PhantomData,
-        });
-    }
-
     fn average_on_device(
         &mut self,
         collective: &dyn DeviceCollective,
@@ -232,10 +243,6 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Gradients for ModelGradients<'_, 
             world_size,
             bucket_cap_bytes,
         )
-    }
-
-    fn params(&mut self) -> &mut GradientsParams {
-        self.grads
     }
 }
 
@@ -279,21 +286,6 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for FirstDevice<B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if self.0.is_none() {
             self.0 = Some(param.val().device());
-        }
-    }
-}
-
-/// Drops the gradients a predicate refuses.
-struct RetainGrads<'a, B> {
-    grads: &'a mut GradientsParams,
-    keep: &'a mut dyn FnMut(ParamId) -> bool,
-    _backend: PhantomData<B>,
-}
-
-impl<B: AutodiffBackend> ModuleVisitor<B> for RetainGrads<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        if !(self.keep)(param.id) {
-            self.grads.remove::<B::InnerBackend, D>(param.id);
         }
     }
 }

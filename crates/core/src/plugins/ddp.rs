@@ -142,11 +142,14 @@ impl Strategy for Ddp {
     fn reduce_gradients(&mut self, grads: &mut dyn Gradients) -> anyhow::Result<()> {
         if let Some(device) = &self.parts.device_collective {
             let started = Instant::now();
-            let bytes = grads.average_on_device(
-                device.as_ref(),
-                self.world_size(),
-                self.parts.bucket_cap_bytes,
-            )?;
+            let bytes = grads
+                .parallel_mut()
+                .ok_or_else(crate::plugins::access::not_parallel)?
+                .average_on_device(
+                    device.as_ref(),
+                    self.world_size(),
+                    self.parts.bucket_cap_bytes,
+                )?;
             tracing::debug!(
                 target: "ember",
                 "ddp: averaged {:.1} MB of gradients on the device through {} in {:.1} ms",

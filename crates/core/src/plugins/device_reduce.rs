@@ -131,7 +131,7 @@ mod tests {
     use burn::tensor::TensorData;
     use burn::tensor::backend::BackendTypes;
 
-    use crate::plugins::access::{Gradients, ModelGradients};
+    use crate::plugins::access::{Gradients, ModelGradients, ParallelGradients};
 
     type Inner = burn_flex::Flex;
     type B = burn_autodiff::Autodiff<Inner>;

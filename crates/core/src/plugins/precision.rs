@@ -9,6 +9,7 @@
 //! dynamic loss scaling). See `docs/plugins.md`.
 
 use burn::tensor::FloatDType;
+use serde_json::Value;
 
 use crate::options::ClipAlgorithm;
 use crate::plan::Plan;
@@ -75,19 +76,21 @@ pub trait PrecisionPlugin {
         Vec::new()
     }
 
-    /// The checkpoint section its state is saved under, if it has state.
-    fn state_key(&self) -> Option<&str> {
+    /// The checkpoint section its [`state`](Self::state) is saved under (its name by
+    /// default); the same convention as a callback's.
+    fn state_key(&self) -> String {
+        self.name().to_owned()
+    }
+
+    /// What a checkpoint keeps of it (Lightning's `state_dict`); `None` (the default) for
+    /// nothing.
+    fn state(&self) -> Option<Value> {
         None
     }
 
-    /// Its state, saved in every checkpoint under [`state_key`](Self::state_key).
-    fn state(&self) -> Vec<u8> {
-        Vec::new()
-    }
-
-    /// Restores the state a checkpoint saved.
-    fn load_state(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        let _ = bytes;
+    /// Restores what [`state`](Self::state) returned, when `fit` resumes from a checkpoint.
+    fn load_state(&mut self, state: &Value) -> anyhow::Result<()> {
+        let _ = state;
         Ok(())
     }
 }
@@ -165,21 +168,18 @@ impl PrecisionPlugin for MixedPrecision {
         })
     }
 
-    fn state_key(&self) -> Option<&str> {
-        self.scaler
-            .as_ref()
-            .map(|_| crate::plugins::scaler::STATE_KEY)
+    fn state_key(&self) -> String {
+        crate::plugins::scaler::STATE_KEY.to_owned()
     }
 
-    fn state(&self) -> Vec<u8> {
-        self.scaler.as_ref().map_or_else(Vec::new, |s| {
-            serde_json::to_vec(s).expect("a GradScaler is plain numbers")
-        })
+    fn state(&self) -> Option<Value> {
+        let scaler = self.scaler.as_ref()?;
+        Some(serde_json::to_value(scaler).expect("a GradScaler is plain numbers"))
     }
 
-    fn load_state(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+    fn load_state(&mut self, state: &Value) -> anyhow::Result<()> {
         if let Some(scaler) = &mut self.scaler {
-            *scaler = serde_json::from_slice(bytes)?;
+            *scaler = serde_json::from_value(state.clone())?;
         }
         Ok(())
     }

@@ -123,20 +123,10 @@ pub trait Strategy {
         Ok(())
     }
 
-    /// The parameters whose optimizer state this process keeps, when it keeps only part of
-    /// it (a sharded strategy); `None` (the default): all of them. With a part, checkpoints
-    /// gather every rank's state on rank 0, and the state a resumed fit restores is cut to
-    /// this part. Called with the model of each `fit` before its first step.
-    fn optimizer_state_owned(&mut self, weights: &dyn Weights) -> Option<HashSet<ParamId>> {
-        let _ = weights;
+    /// How the ranks share the optimizer's state, for a strategy whose ranks each keep part
+    /// of it (`ddp_sharded`); `None` (the default): every rank keeps all of it.
+    fn optimizer_sharding(&mut self) -> Option<&mut dyn OptimizerSharding> {
         None
-    }
-
-    /// Checks, at the end of `fit`, the optimizer state this process holds: each parameter
-    /// it holds state for, with the bytes of that state.
-    fn check_optimizer_state(&self, held: &[(ParamId, u64)]) -> anyhow::Result<()> {
-        let _ = held;
-        Ok(())
     }
 
     /// Combines per-process decisions so every process acts the same: each value becomes the
@@ -153,6 +143,20 @@ pub trait Strategy {
         let _ = weights;
         Ok(())
     }
+}
+
+/// What a strategy whose ranks each keep part of the optimizer's state tells the Trainer
+/// ([`Strategy::optimizer_sharding`]).
+pub trait OptimizerSharding {
+    /// The parameters whose optimizer state this process keeps; `None`: all of them (one
+    /// process). With a part, checkpoints gather every rank's state on rank 0, and the state a
+    /// resumed fit restores is cut to this part. Called with the model of each `fit` before its
+    /// first step.
+    fn owned(&mut self, weights: &dyn Weights) -> Option<HashSet<ParamId>>;
+
+    /// Checks, at the end of `fit`, the optimizer state this process holds: each parameter it
+    /// holds state for, with the bytes of that state.
+    fn check(&self, held: &[(ParamId, u64)]) -> anyhow::Result<()>;
 }
 
 /// One process on one device: every hook is the identity.

@@ -264,7 +264,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     pub fn with_grad_scaler(mut self, scaler: GradScaler) -> Self {
         let precision = &mut self.strategy.parts_mut().precision;
         if precision.precision() == crate::precision::Precision::F16Mixed
-            && precision.state_key() == Some(scaler::STATE_KEY)
+            && precision.state_key() == scaler::STATE_KEY
         {
             *precision = Box::new(MixedPrecision::f16(scaler));
         }
@@ -274,9 +274,10 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// The loss scaler's state (16-mixed only).
     pub fn grad_scaler(&self) -> Option<GradScaler> {
         let precision = self.precision();
-        (precision.state_key() == Some(scaler::STATE_KEY))
-            .then(|| serde_json::from_slice(&precision.state()).ok())
-            .flatten()
+        let state = precision
+            .state()
+            .filter(|_| precision.state_key() == scaler::STATE_KEY)?;
+        serde_json::from_value(state).ok()
     }
 
     /// Adds a logger written in Rust.

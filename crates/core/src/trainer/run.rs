@@ -128,8 +128,9 @@ where
             ),
             ("callbacks".to_owned(), serde_json::to_vec(callback_states)?),
         ];
-        if let Some(key) = self.precision.state_key() {
-            sections.push((key.to_owned(), self.precision.state()));
+        if let Some(precision_state) = self.precision.state() {
+            let bytes = serde_json::to_vec(&precision_state)?;
+            sections.push((self.precision.state_key(), bytes));
         }
         if !hparams.is_null() {
             sections.push(("hparams".to_owned(), serde_json::to_vec(hparams)?));

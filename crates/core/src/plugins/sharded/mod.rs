@@ -9,7 +9,7 @@
 //! parameters. Norms (clipping, the loss scaler's check) are made from every rank's parts
 //! ([`norm`]). Everything else — rank 0's starting weights, `sync_batchnorm`, the replica
 //! check at the end — is `ddp`'s. Checkpoints gather the optimizer's state on rank 0 (the
-//! Trainer does that for any strategy whose [`Strategy::optimizer_state_owned`] says so).
+//! Trainer does that for any strategy whose [`Strategy::optimizer_sharding`] says so).
 
 mod norm;
 pub mod partition;
@@ -27,7 +27,7 @@ pub use self::partition::Partition;
 use crate::plugins::access::Gradients;
 use crate::plugins::ddp::Ddp;
 use crate::plugins::reduce::{Wire, buckets, scatter_mean};
-use crate::plugins::strategy::{Strategy, StrategyParts};
+use crate::plugins::strategy::{OptimizerSharding, Strategy, StrategyParts};
 use crate::plugins::weights::Weights;
 
 /// Sharded data parallel over the parts' collective.
@@ -238,7 +238,17 @@ impl Strategy for DdpSharded {
         self.ddp.on_optimizer_step(weights, global_step)
     }
 
-    fn optimizer_state_owned(&mut self, weights: &dyn Weights) -> Option<HashSet<ParamId>> {
+    fn optimizer_sharding(&mut self) -> Option<&mut dyn OptimizerSharding> {
+        Some(self)
+    }
+
+    fn teardown(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
+        self.ddp.teardown(weights)
+    }
+}
+
+impl OptimizerSharding for DdpSharded {
+    fn owned(&mut self, weights: &dyn Weights) -> Option<HashSet<ParamId>> {
         if self.collective().world_size() < 2 {
             return None;
         }
@@ -249,7 +259,7 @@ impl Strategy for DdpSharded {
     }
 
     /// Fails unless this rank holds optimizer state for its own parameters only.
-    fn check_optimizer_state(&self, held: &[(ParamId, u64)]) -> anyhow::Result<()> {
+    fn check(&self, held: &[(ParamId, u64)]) -> anyhow::Result<()> {
         let Some(partition) = self.partition.as_ref() else {
             return Ok(());
         };
@@ -260,9 +270,5 @@ impl Strategy for DdpSharded {
             );
         }
         Ok(())
-    }
-
-    fn teardown(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
-        self.ddp.teardown(weights)
     }
 }

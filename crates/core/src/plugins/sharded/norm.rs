@@ -15,7 +15,7 @@ use burn::tensor::{DType, TensorData};
 use super::partition::Partition;
 use crate::collective::{Collective, ReduceOp};
 use crate::options::ClipAlgorithm;
-use crate::plugins::access::Gradients;
+use crate::plugins::access::{Gradients, ParallelGradients, not_parallel};
 use crate::plugins::device_reduce::DeviceCollective;
 
 /// A rank's gradients, answering norms over all ranks.
@@ -29,7 +29,8 @@ impl ShardedGradients<'_> {
     /// Every rank's sums of squares, in visit order.
     fn all_squares(&self) -> anyhow::Result<Vec<TensorData>> {
         let mut own = Vec::new();
-        for (id, square) in self.inner.squares() {
+        let inner = self.inner.parallel().ok_or_else(not_parallel)?;
+        for (id, square) in inner.squares() {
             let place = self.partition.place(id).ok_or_else(|| {
                 anyhow::anyhow!("parameter {id} has a gradient but is not in the partition")
             })?;
@@ -96,7 +97,7 @@ impl Gradients for ShardedGradients<'_> {
     /// collective ends the run (the other ranks are waiting in it).
     fn global_norm(&self) -> Option<f64> {
         let squares = self.all_squares().unwrap_or_else(|e| self.fail(e));
-        self.inner.norm_of_squares(squares)
+        self.norm_of_squares(squares)
     }
 
     /// Whether every rank's gradients are finite: each rank checks its own and the ranks take
@@ -114,25 +115,39 @@ impl Gradients for ShardedGradients<'_> {
             ClipAlgorithm::Value => self.inner.clip(algorithm, threshold),
             ClipAlgorithm::Norm => {
                 let squares = self.all_squares().unwrap_or_else(|e| self.fail(e));
-                self.inner.clip_to_norm_of(squares, threshold);
+                self.clip_to_norm_of(squares, threshold);
             }
         }
     }
 
+    fn params(&mut self) -> &mut GradientsParams {
+        self.inner.params()
+    }
+
+    fn parallel(&self) -> Option<&dyn ParallelGradients> {
+        Some(self)
+    }
+
+    fn parallel_mut(&mut self) -> Option<&mut dyn ParallelGradients> {
+        Some(self)
+    }
+}
+
+/// The rank's own gradients' parts (the inner view's), for a strategy that wraps this view.
+impl ParallelGradients for ShardedGradients<'_> {
     fn squares(&self) -> Vec<(ParamId, TensorData)> {
-        self.inner.squares()
+        self.inner_parallel().squares()
     }
 
     fn norm_of_squares(&self, squares: Vec<TensorData>) -> Option<f64> {
-        self.inner.norm_of_squares(squares)
+        self.inner_parallel().norm_of_squares(squares)
     }
 
     fn clip_to_norm_of(&mut self, squares: Vec<TensorData>, max_norm: f64) {
-        self.inner.clip_to_norm_of(squares, max_norm);
-    }
-
-    fn retain(&mut self, keep: &mut dyn FnMut(ParamId) -> bool) {
-        self.inner.retain(keep);
+        match self.inner.parallel_mut() {
+            Some(inner) => inner.clip_to_norm_of(squares, max_norm),
+            None => self.fail(not_parallel()),
+        }
     }
 
     fn average_on_device(
@@ -142,15 +157,20 @@ impl Gradients for ShardedGradients<'_> {
         bucket_cap_bytes: usize,
     ) -> anyhow::Result<usize> {
         self.inner
+            .parallel_mut()
+            .ok_or_else(not_parallel)?
             .average_on_device(collective, world_size, bucket_cap_bytes)
-    }
-
-    fn params(&mut self) -> &mut GradientsParams {
-        self.inner.params()
     }
 }
 
 impl ShardedGradients<'_> {
+    /// The inner view's parts; a view without them ends the run (its ranks wait in a collective).
+    fn inner_parallel(&self) -> &dyn ParallelGradients {
+        self.inner
+            .parallel()
+            .unwrap_or_else(|| self.fail(not_parallel()))
+    }
+
     fn fail(&self, e: anyhow::Error) -> ! {
         eprintln!(
             "error: rank {}: combining the ranks' gradient norms or finiteness: {e:#}",

@@ -187,7 +187,8 @@ where
                 let mut state = optim::join(description, &checkpoint.optimizer_state)
                     .with_context(|| format!("{}: the optimizer's state", path.display()))?;
                 let weights = ModelWeights::<B, M>::new(&mut opt.model);
-                if let Some(owned) = trainer.strategy.optimizer_state_owned(&weights) {
+                let sharding = trainer.strategy.optimizer_sharding();
+                if let Some(owned) = sharding.and_then(|s| s.owned(&weights)) {
                     state.retain(|id, _| owned.contains(&ParamId::from(*id)));
                 }
                 let kind = state.values().next().map(|p| p.kind.clone());
@@ -207,17 +208,11 @@ where
         let scheduler = checkpoint.record::<B, _>("scheduler", device, path)?;
         opt.scheduler = opt.scheduler.load_record::<B>(scheduler);
         let precision = &mut trainer.strategy.parts_mut().precision;
-        if let Some(bytes) = precision
-            .state_key()
-            .and_then(|k| checkpoint.sections.get(k))
-        {
-            precision.load_state(bytes).with_context(|| {
-                format!(
-                    "{}: corrupt {} section",
-                    path.display(),
-                    precision.state_key().unwrap_or_default()
-                )
-            })?;
+        let key = precision.state_key();
+        if let Some(bytes) = checkpoint.sections.get(&key) {
+            let corrupt = || format!("{}: corrupt {key} section", path.display());
+            let state: serde_json::Value = serde_json::from_slice(bytes).with_context(corrupt)?;
+            precision.load_state(&state).with_context(corrupt)?;
         }
         if let Some(bytes) = checkpoint.sections.get("callbacks") {
             let states: callbacks::CallbackStates = serde_json::from_slice(bytes)
@@ -270,12 +265,8 @@ where
         }
         let mut weights = ModelWeights::<B, M>::new(&mut self.opt.model);
         self.trainer.strategy.setup_weights(&mut weights)?;
-        if self
-            .trainer
-            .strategy
-            .optimizer_state_owned(&weights)
-            .is_some()
-        {
+        let sharding = self.trainer.strategy.optimizer_sharding();
+        if sharding.and_then(|s| s.owned(&weights)).is_some() {
             let order = weights.trainable().into_iter().map(|p| p.id).collect();
             let collective = Rc::clone(&self.trainer.strategy.parts().collective);
             self.gather = Some(StateGather::new(collective, order));
@@ -300,7 +291,7 @@ where
         let opt = &mut self.opt;
         let mut weights = ModelWeights::<B, M>::new(&mut opt.model);
         self.trainer.strategy.teardown(&mut weights)?;
-        check_optimizer_state::<B, M>(&*self.trainer.strategy, &weights, &opt.optimizer)?;
+        check_optimizer_state::<B, M>(&mut *self.trainer.strategy, &weights, &opt.optimizer)?;
         self.fit_hook(|c, x| c.on_fit_end(x))?;
         let run = &self.run;
         Ok(FitOutcome {
@@ -382,7 +373,7 @@ where
 /// Reports (at info level) the optimizer state this process holds, and has the strategy
 /// check it.
 fn check_optimizer_state<B, M>(
-    strategy: &dyn Strategy,
+    strategy: &mut dyn Strategy,
     weights: &dyn Weights,
     optimizer: &M::Optimizer,
 ) -> anyhow::Result<()>
@@ -403,5 +394,8 @@ where
         param_bytes.len(),
         held.iter().map(|(_, bytes)| bytes).sum::<u64>()
     );
-    strategy.check_optimizer_state(&held)
+    match strategy.optimizer_sharding() {
+        Some(sharding) => sharding.check(&held),
+        None => Ok(()),
+    }
 }
