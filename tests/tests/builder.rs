@@ -25,56 +25,6 @@ impl PrecisionPlugin for Renamed {
     }
 }
 
-/// Counts the checkpoints it writes.
-#[derive(Clone, Default)]
-struct Counting(Arc<Mutex<usize>>);
-
-impl CheckpointIO for Counting {
-    fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
-        *self.0.lock().unwrap() += 1;
-        LocalCheckpointIO.save(bytes, path)
-    }
-    fn load(&self, path: &Path) -> anyhow::Result<Vec<u8>> {
-        LocalCheckpointIO.load(path)
-    }
-    fn remove(&self, path: &Path) -> anyhow::Result<()> {
-        LocalCheckpointIO.remove(path)
-    }
-}
-
-#[test]
-fn plugins_given_as_values_replace_the_plans_and_two_of_a_kind_are_refused() {
-    let plan = Plan::local("cpu", Precision::F32True);
-    let io = Counting::default();
-    let trainer = Trainer::<B>::builder(&plan, TrainerOptions::default())
-        .plugins([
-            Plugin::precision(Renamed),
-            Plugin::checkpoint_io(io.clone()),
-        ])
-        .build::<CpuAccelerator>()
-        .unwrap();
-    assert_eq!(trainer.precision().name(), "renamed-32");
-    let dir = tempfile::tempdir().unwrap();
-    let io_in_use = &trainer.strategy().parts().checkpoint_io;
-    io_in_use.save(b"x", &dir.path().join("a.ckpt")).unwrap();
-    io_in_use.wait().unwrap();
-    assert_eq!(
-        *io.0.lock().unwrap(),
-        1,
-        "the given checkpoint IO is the one in use"
-    );
-
-    let twice = Trainer::<B>::builder(&plan, TrainerOptions::default())
-        .precision(Renamed)
-        .plugins([Plugin::precision(Renamed)])
-        .build::<CpuAccelerator>();
-    let message = format!(
-        "{:#}",
-        twice.err().expect("two precision plugins are refused")
-    );
-    assert!(message.contains("precision plugin twice"), "{message}");
-}
-
 /// Records the thread each save runs on.
 #[derive(Clone, Default)]
 struct Threads(Arc<Mutex<Vec<std::thread::ThreadId>>>);
@@ -90,6 +40,39 @@ impl CheckpointIO for Threads {
     fn remove(&self, path: &Path) -> anyhow::Result<()> {
         LocalCheckpointIO.remove(path)
     }
+}
+
+#[test]
+fn plugins_given_as_values_replace_the_plans_and_two_of_a_kind_are_refused() {
+    let plan = Plan::local("cpu", Precision::F32True);
+    let io = Threads::default();
+    let trainer = Trainer::<B>::builder(&plan, TrainerOptions::default())
+        .plugins([
+            Plugin::precision(Renamed),
+            Plugin::checkpoint_io(io.clone()),
+        ])
+        .build::<CpuAccelerator>()
+        .unwrap();
+    assert_eq!(trainer.precision().name(), "renamed-32");
+    let dir = tempfile::tempdir().unwrap();
+    let io_in_use = &trainer.strategy().parts().checkpoint_io;
+    io_in_use.save(b"x", &dir.path().join("a.ckpt")).unwrap();
+    io_in_use.wait().unwrap();
+    assert_eq!(
+        io.0.lock().unwrap().len(),
+        1,
+        "the given checkpoint IO is the one in use"
+    );
+
+    let twice = Trainer::<B>::builder(&plan, TrainerOptions::default())
+        .precision(Renamed)
+        .plugins([Plugin::precision(Renamed)])
+        .build::<CpuAccelerator>();
+    let message = format!(
+        "{:#}",
+        twice.err().expect("two precision plugins are refused")
+    );
+    assert!(message.contains("precision plugin twice"), "{message}");
 }
 
 /// Issue 32.5: `checkpoint_io` composes with a given IO instead of being ignored: `async`
