@@ -1,6 +1,7 @@
 //! The registry: run-time names bound to compile-time accelerator types.
 
 use std::fmt;
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use crate::context::RunContext;
 use crate::error::{FlagError, PlanResult};
 use crate::inventory::{INVENTORY_VAR, Inventory};
 use crate::job::Job;
+use crate::loggers::{Logger, LoggerFactory};
 use crate::options::{CALLBACK_NAMES, callback_key};
 use crate::plan::Plan;
 use crate::plugins::PluginFactories;
@@ -274,6 +276,30 @@ impl<J: Job> Registry<J> {
         let factory: CallbackFactory =
             Arc::new(move |args| Ok(Box::new(factory(args)?) as Box<dyn Callback>));
         PluginFactories::set(&mut self.factories.callbacks, name, factory);
+        Ok(self)
+    }
+
+    /// Registers a logger built by `factory` in the run's version directory (rank 0 only); it
+    /// becomes selectable as `--trainer.logger=[csv, NAME]` and is listed in `--help`.
+    pub fn register_logger<L: Logger + 'static>(
+        mut self,
+        name: &str,
+        description: &str,
+        factory: impl Fn(&Path) -> anyhow::Result<L> + 'static,
+    ) -> Result<Self, RegistryError> {
+        check_name("logger", name)?;
+        let builtin = ["csv", "tensorboard", "true", "false"].contains(&name);
+        if builtin || self.catalog.loggers.iter().any(|(n, _)| n == name) {
+            return Err(RegistryError::Duplicate {
+                what: "logger",
+                name: name.to_owned(),
+            });
+        }
+        let entry = (name.to_owned(), description.to_owned());
+        self.catalog.loggers.push(entry);
+        let factory: LoggerFactory =
+            Arc::new(move |dir| Ok(Box::new(factory(dir)?) as Box<dyn Logger>));
+        PluginFactories::set(&mut self.factories.loggers, name, factory);
         Ok(self)
     }
 

@@ -88,6 +88,9 @@ pub struct Catalog {
     /// Callbacks the application registered by name, with their descriptions (the built-ins
     /// are `options::CALLBACK_NAMES`).
     pub callbacks: Vec<(String, String)>,
+    /// Loggers the application registered by name, with their descriptions (the built-ins are
+    /// csv and tensorboard).
+    pub loggers: Vec<(String, String)>,
 }
 
 impl Default for Catalog {
@@ -98,6 +101,7 @@ impl Default for Catalog {
             plugins: Vec::new(),
             cluster_environments: builtin_environments(),
             callbacks: Vec::new(),
+            loggers: Vec::new(),
         }
     }
 }
@@ -109,6 +113,7 @@ impl std::fmt::Debug for Catalog {
             .field("strategies", &self.strategies)
             .field("plugins", &self.plugins)
             .field("callbacks", &self.callbacks)
+            .field("loggers", &self.loggers)
             .field(
                 "cluster_environments",
                 &self.cluster_environment_names().collect::<Vec<_>>(),

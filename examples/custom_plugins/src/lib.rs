@@ -7,15 +7,21 @@
 //! - [`RenamedElastic`], a cluster environment: a torchelastic-style reader of a scheduler
 //!   that names its variables `JOB_*`.
 //! - [`EpochLine`], a callback selectable by name: a line per training epoch with the metrics
-//!   its `init_args` name.
+//!   its `init_args` name; [`JsonLines`], a logger selectable by name.
 //!
 //! `src/main.rs` registers them; see `docs/plugins.md`.
 
 use ember::burn::tensor::{DType, TensorData};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
 use ember::callbacks::{Callback, CallbackContext};
 use ember::cluster::{Env, Ranks, optional_usize, required_usize};
 use ember::collective::ReduceOp;
 use ember::error::PlanResult;
+use ember::loggers::Logger;
 use ember::{
     ClusterEnvironment, Gradients, Plan, Precision, PrecisionPlugin, Strategy, StrategyParts,
     Weights,
@@ -254,6 +260,42 @@ impl Callback for EpochLine {
             }
         }
         eprintln!("{line}");
+        Ok(())
+    }
+}
+
+/// A logger registered by name: every metrics record as one JSON line in `metrics.jsonl` in the
+/// run's version directory (`--trainer.logger=[csv, jsonl]`).
+pub struct JsonLines {
+    file: BufWriter<File>,
+}
+
+impl JsonLines {
+    /// Name it is registered under.
+    pub const NAME: &'static str = "jsonl";
+
+    /// Creates `metrics.jsonl` in `dir`.
+    pub fn create(dir: &Path) -> anyhow::Result<Self> {
+        let file = File::create(dir.join("metrics.jsonl"))?;
+        Ok(Self {
+            file: BufWriter::new(file),
+        })
+    }
+}
+
+impl Logger for JsonLines {
+    fn log_hyperparams(&mut self, _hparams: &serde_json::Value) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, step: u64) -> anyhow::Result<()> {
+        let line = serde_json::json!({ "step": step, "metrics": metrics });
+        writeln!(self.file, "{line}")?;
+        Ok(())
+    }
+
+    fn save(&mut self) -> anyhow::Result<()> {
+        self.file.flush()?;
         Ok(())
     }
 }

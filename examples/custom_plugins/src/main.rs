@@ -1,10 +1,11 @@
 //! The digits app with plugins of its own, registered by its `App`:
 //! `--trainer.strategy=local_sgd`, `--trainer.precision=bf16-static-scale`, the `renamed`
-//! cluster environment and the `EpochLine` callback. `main` stays `ember::run`.
+//! cluster environment, the `EpochLine` callback and the `jsonl` logger. `main` stays
+//! `ember::run`.
 
 use std::process::ExitCode;
 
-use custom_plugins::{EpochLine, LocalSgd, RenamedElastic, StaticLossScale};
+use custom_plugins::{EpochLine, JsonLines, LocalSgd, RenamedElastic, StaticLossScale};
 use digits::Digits;
 use ember::burn::tensor::backend::AutodiffBackend;
 use ember::{App, AppJob, Registry, RegistryError, StrategyInfo, TrainerFlags};
@@ -55,6 +56,11 @@ impl App for CustomPlugins {
                 EpochLine::NAME,
                 "example: a line per training epoch with the metrics init_args names",
                 EpochLine::from_args,
+            )?
+            .register_logger(
+                JsonLines::NAME,
+                "example: every metrics record as a JSON line in metrics.jsonl",
+                JsonLines::create,
             )
     }
 }

@@ -61,7 +61,13 @@ fn the_plugins_and_the_callback_are_listed_in_help() {
     let out = app_in(dir.path(), &["fit", "--help"], &[]);
     assert!(out.status.success(), "{}", text(&out));
     let help = String::from_utf8_lossy(&out.stdout);
-    for name in ["local_sgd", "bf16-static-scale", "renamed", "epoch_line"] {
+    for name in [
+        "local_sgd",
+        "bf16-static-scale",
+        "renamed",
+        "epoch_line",
+        "jsonl",
+    ] {
         assert!(help.contains(name), "{name} missing from:\n{help}");
     }
 }
@@ -265,6 +271,28 @@ fn a_registered_callback_is_selected_by_name_with_its_init_args() {
     );
     let err = refused(&["fit", "--trainer.callbacks=[EpochLines]"]);
     assert!(err.contains("registered: epoch_line"), "{err}");
+}
+
+/// Issue 32.8: a logger registered by name is selected with `--trainer.logger`, beside csv;
+/// an unknown name exits 2 listing the registered ones.
+#[test]
+fn a_registered_logger_is_selected_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = FIT.to_vec();
+    args.extend(["--trainer.max_epochs=1", "--trainer.logger=[csv, jsonl]"]);
+    let out = app_in(dir.path(), &args, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let version = dir.path().join("lightning_logs/version_0");
+    assert!(version.join("metrics.csv").exists());
+    let lines = std::fs::read_to_string(version.join("metrics.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert!(last["metrics"]["val_acc"].is_number(), "{lines}");
+
+    let err = refused(&["fit", "--trainer.logger=jsonx"]);
+    assert!(
+        err.contains("--trainer.logger") && err.contains("registered: jsonl"),
+        "{err}"
+    );
 }
 
 #[test]

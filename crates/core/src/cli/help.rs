@@ -74,6 +74,14 @@ pub(super) fn names_help(catalog: &Catalog, defaults: &Value) -> String {
                 )
                 .collect(),
         ),
+        (
+            "Loggers registered by this program (--trainer.logger, beside csv and tensorboard):",
+            catalog
+                .loggers
+                .iter()
+                .map(|(n, d)| (n.as_str(), d.as_str()))
+                .collect(),
+        ),
     ] {
         if rows.is_empty() {
             continue;

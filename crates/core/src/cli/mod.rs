@@ -282,6 +282,7 @@ where
         }
         let trainer = TrainerFlags::from_value(&merged["trainer"])?;
         crate::callbacks::from_specs(&trainer.options.callbacks, registry.factories().callbacks())?;
+        crate::loggers::check_names(&trainer.options.logger, registry.factories().loggers())?;
         let model = section("model", &merged, defaults)?;
         let data = section("data", &merged, defaults)?;
         let inventory = Inventory::from_env(env, registry.catalog())?;

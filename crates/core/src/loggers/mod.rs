@@ -11,6 +11,7 @@ mod tracing_logger;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use serde_json::Value;
@@ -19,7 +20,28 @@ pub use csv_logger::{CsvLogger, METRICS_FILE};
 pub use tensorboard::{TensorBoardLogger, masked_crc};
 pub use tracing_logger::TracingLogger;
 
-use crate::options::LoggerKind;
+use crate::error::{FlagError, PlanResult};
+use crate::options::{LoggerKind, unknown_logger};
+
+/// Builds a logger registered by name, writing under the run's version directory.
+pub type LoggerFactory = Arc<dyn Fn(&Path) -> anyhow::Result<Box<dyn Logger>>>;
+
+/// Refuses a logger name that is neither built in nor in `registered` (a plan-time error).
+pub fn check_names(kinds: &[LoggerKind], registered: &[(String, LoggerFactory)]) -> PlanResult<()> {
+    for kind in kinds {
+        if let LoggerKind::Named(name) = kind
+            && !registered.iter().any(|(n, _)| n == name)
+        {
+            let names = registered.iter().map(|(n, _)| n.as_str());
+            return Err(FlagError::new(
+                "--trainer.logger",
+                name,
+                unknown_logger(names),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Name of the directory under `default_root_dir` that holds the versions.
 pub const LOGS_DIR_NAME: &str = "lightning_logs";
@@ -49,9 +71,15 @@ impl Loggers {
         Self::default()
     }
 
-    /// The loggers named by `kinds`, in a fresh version directory under `root`, plus the
-    /// tracing text logger. With no kinds there is no directory.
-    pub fn create(root: &Path, kinds: &[LoggerKind]) -> anyhow::Result<Self> {
+    /// The loggers named by `kinds` (built in, or built by a `registered` factory), in a fresh
+    /// version directory under `root`, plus the tracing text logger. With no kinds there is no
+    /// directory.
+    pub fn create(
+        root: &Path,
+        kinds: &[LoggerKind],
+        registered: &[(String, LoggerFactory)],
+    ) -> anyhow::Result<Self> {
+        check_names(kinds, registered)?;
         let mut loggers: Vec<Box<dyn Logger>> = vec![Box::new(TracingLogger)];
         if kinds.is_empty() {
             return Ok(Self {
@@ -65,6 +93,12 @@ impl Loggers {
                 LoggerKind::Csv => loggers.push(Box::new(CsvLogger::new(&log_dir))),
                 LoggerKind::TensorBoard => {
                     loggers.push(Box::new(TensorBoardLogger::new(&log_dir)?))
+                }
+                LoggerKind::Named(name) => {
+                    for (_, factory) in registered.iter().filter(|(n, _)| n == name) {
+                        let logger = factory(&log_dir).with_context(|| format!("logger {name}"))?;
+                        loggers.push(logger);
+                    }
                 }
             }
         }

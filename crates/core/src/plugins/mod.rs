@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::callbacks::CallbackFactory;
 use crate::checkpoint_io::CheckpointIO;
+use crate::loggers::LoggerFactory;
 use crate::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE};
 use ddp::Ddp;
 use precision::PrecisionPlugin;
@@ -36,8 +37,8 @@ pub type PrecisionFactory = Arc<dyn Fn() -> Box<dyn PrecisionPlugin>>;
 /// Builds a checkpoint IO registered by name.
 pub type CheckpointIoFactory = Arc<dyn Fn() -> Arc<dyn CheckpointIO>>;
 
-/// The factories of strategies, precision plugins, checkpoint IOs and callbacks registered by
-/// name; by
+/// The factories of strategies, precision plugins, checkpoint IOs, callbacks and loggers
+/// registered by name; by
 /// default the built-in strategies (`single_device`, `ddp`, `ddp_sharded`), which a registry
 /// may override as it may any other.
 #[derive(Clone)]
@@ -46,6 +47,7 @@ pub struct PluginFactories {
     pub(crate) precisions: Vec<(String, PrecisionFactory)>,
     pub(crate) checkpoint_ios: Vec<(String, CheckpointIoFactory)>,
     pub(crate) callbacks: Vec<(String, CallbackFactory)>,
+    pub(crate) loggers: Vec<(String, LoggerFactory)>,
 }
 
 impl Default for PluginFactories {
@@ -63,6 +65,7 @@ impl Default for PluginFactories {
             precisions: Vec::new(),
             checkpoint_ios: Vec::new(),
             callbacks: Vec::new(),
+            loggers: Vec::new(),
         }
     }
 }
@@ -90,6 +93,11 @@ impl PluginFactories {
     /// The callbacks registered by name, with their factories.
     pub fn callbacks(&self) -> &[(String, CallbackFactory)] {
         &self.callbacks
+    }
+
+    /// The loggers registered by name, with their factories.
+    pub fn loggers(&self) -> &[(String, LoggerFactory)] {
+        &self.loggers
     }
 
     pub(crate) fn set<T>(entries: &mut Vec<(String, T)>, name: &str, factory: T) {

@@ -162,7 +162,7 @@ impl TrainerBuilder {
             Some(factory) => factory(parts)?,
             None => strategy_named(&plan.strategy, &factories, parts)?,
         };
-        let mut trainer = Trainer::with_strategy(device, options, strategy, &factories)?;
+        let mut trainer = Trainer::with_strategy(device, options, strategy, factories)?;
         trainer.device_stats = A::device_stats;
         Ok(trainer)
     }

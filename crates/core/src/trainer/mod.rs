@@ -24,6 +24,7 @@ pub(crate) mod weights;
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -94,6 +95,8 @@ pub struct Trainer<B: AutodiffBackend> {
     callbacks: Vec<Box<dyn Callback>>,
     extra_loggers: Vec<Box<dyn Logger>>,
     loggers: Option<Loggers>,
+    /// The loggers (and callbacks) registered by name that the options may name.
+    factories: Rc<PluginFactories>,
     hparams: Value,
     device_stats: fn(&B::Device) -> DeviceStats,
 }
@@ -188,10 +191,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             options.flush_denormal,
             crate::accelerator::AcceleratorKind::Cpu,
         )?;
-        let factories = PluginFactories::default();
+        let factories = Rc::new(PluginFactories::default());
         let parts = builder::parts(&plan, &options, &factories, Default::default())?;
         let strategy = Box::new(crate::plugins::strategy::SingleDevice::new(parts));
-        Self::with_strategy(device, options, strategy, &factories)
+        Self::with_strategy(device, options, strategy, factories)
     }
 
     /// A Trainer on `device` run by `strategy`: the seed (rank 0's when there are several
@@ -200,7 +203,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         device: B::Device,
         options: TrainerOptions,
         strategy: Box<dyn Strategy>,
-        factories: &PluginFactories,
+        factories: Rc<PluginFactories>,
     ) -> anyhow::Result<Self> {
         options.check()?;
         // Before the backend is seeded and the model initialised, as a hand-written loop
@@ -213,6 +216,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let seed = strategy.broadcast_seed(seed)?;
         B::seed(&device, seed);
         let mut callbacks = callbacks::from_specs(&options.callbacks, factories.callbacks())?;
+        crate::loggers::check_names(&options.logger, factories.loggers())?;
         if options.enable_progress_bar && !callbacks.iter().any(|c| c.name() == "ProgressBar") {
             callbacks.push(Box::new(ProgressBar::new(Default::default())));
         }
@@ -223,6 +227,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             callbacks,
             extra_loggers: Vec::new(),
             loggers: None,
+            factories,
             hparams: Value::Null,
             device_stats: |_| DeviceStats::new(),
             options,

@@ -255,7 +255,11 @@ impl<B: AutodiffBackend> Trainer<B> {
         crate::host_float::set_flush_denormal_everywhere(flush);
         if self.loggers.is_none() {
             let mut loggers = if self.is_global_zero() && self.options.fast_dev_run == 0 {
-                Loggers::create(&self.options.default_root_dir, &self.options.logger)?
+                Loggers::create(
+                    &self.options.default_root_dir,
+                    &self.options.logger,
+                    self.factories.loggers(),
+                )?
             } else {
                 Loggers::none()
             };

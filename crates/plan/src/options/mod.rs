@@ -19,7 +19,7 @@ pub use callbacks::{CALLBACK_NAMES, CallbackSpec, Callbacks, callback_key, unkno
 pub use values::{
     CheckpointWrites, ClipAlgorithm, Count, CountOrNull, Directory, EpochLimit, FileOrNull, Flag,
     FlagOrCount, FlagOrNull, Interval, Kind, Limit, LoggerKind, Loggers, Megabytes, Positive,
-    PositiveOrNull, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
+    PositiveOrNull, SanitySteps, Seconds, StepLimit, ThresholdOrNull, unknown_logger,
 };
 
 /// One loop option as `--help` and the docs show it.
@@ -182,9 +182,10 @@ trainer_options! {
     /// Where `lightning_logs/` and checkpoints go.
     default_root_dir: PathBuf = PathBuf::from("."), Directory,
         "where logs and checkpoints go", shown "the working directory";
-    /// `true` (csv), `false` (no files), `csv`, `tensorboard`, or a list of them.
+    /// `true` (csv), `false` (no files), `csv`, `tensorboard`, a logger the program
+    /// registered, or a list of them.
     logger: Vec<LoggerKind> = vec![LoggerKind::Csv], Loggers,
-        "true (csv), false, or a list of csv, tensorboard", shown "true";
+        "true (csv), false, or a list of csv, tensorboard and registered loggers", shown "true";
     /// A list: callback names, or `{class_path, init_args}` tables.
     callbacks: Vec<CallbackSpec> = Vec::new(), Callbacks,
         "a list of callbacks: names, or {class_path, init_args} tables";

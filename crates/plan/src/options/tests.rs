@@ -80,7 +80,12 @@ fn loggers_and_callbacks_parse() {
         set("logger", json!(["csv", "TensorBoard"])).unwrap().logger,
         vec![LoggerKind::Csv, LoggerKind::TensorBoard]
     );
-    assert!(set("logger", json!("wandb")).is_err());
+    // Another name is a registered logger's; ember-core checks it against the registry.
+    assert_eq!(
+        set("logger", json!("WandB")).unwrap().logger,
+        vec![LoggerKind::Named("wandb".into())]
+    );
+    assert!(set("logger", json!(3)).is_err());
     let o = set(
         "callbacks",
         json!(["LearningRateMonitor", {"class_path": "EarlyStopping", "init_args": {"monitor": "val_acc"}}]),

@@ -154,30 +154,50 @@ impl Kind for CheckpointWrites {
 }
 
 /// A logger chosen by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoggerKind {
     /// `metrics.csv` and `hparams.yaml`.
     Csv,
     /// TensorBoard event files.
     TensorBoard,
+    /// A logger the application registered under this (lowercase) name; ember-core checks the
+    /// name against the registry when it builds the loggers.
+    Named(String),
 }
 
 impl LoggerKind {
     /// The name the `logger` option takes.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             LoggerKind::Csv => "csv",
             LoggerKind::TensorBoard => "tensorboard",
+            LoggerKind::Named(name) => name,
         }
     }
 
     fn from_value(value: &Value) -> Option<LoggerKind> {
-        match render(value).trim().to_ascii_lowercase().as_str() {
+        let name = match value {
+            Value::String(s) => s.trim().to_ascii_lowercase(),
+            _ => return None,
+        };
+        match name.as_str() {
             "csv" | "csvlogger" => Some(LoggerKind::Csv),
             "tensorboard" | "tensorboardlogger" => Some(LoggerKind::TensorBoard),
-            _ => None,
+            "" => None,
+            _ => Some(LoggerKind::Named(name)),
         }
     }
+}
+
+/// What is allowed when a logger name is not known: the built-ins and `registered`.
+pub fn unknown_logger<'a>(registered: impl IntoIterator<Item = &'a str>) -> String {
+    let registered = crate::error::list(registered);
+    let registered = if registered.is_empty() {
+        String::new()
+    } else {
+        format!("; registered: {registered}")
+    };
+    format!("unknown logger; allowed: true, false, csv, tensorboard{registered}")
 }
 
 /// The `logger` option: `true` (csv), `false`, a name, or a list of names.
@@ -200,8 +220,9 @@ impl Kind for Loggers {
                 }),
             (None, v) => LoggerKind::from_value(v).map(|k| vec![k]),
         };
-        kinds
-            .ok_or_else(|| "true, false, csv, tensorboard, or a list of csv and tensorboard".into())
+        kinds.ok_or_else(|| {
+            "true, false, csv, tensorboard, a registered logger's name, or a list of them".into()
+        })
     }
 
     fn write(value: &Vec<LoggerKind>) -> Value {
