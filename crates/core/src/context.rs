@@ -15,8 +15,8 @@ pub struct RunContext {
     pub plan: Plan,
     /// The collective joining the run's ranks; `None` for one process.
     pub collective: Option<Rc<dyn Collective>>,
-    /// Strategies, precision plugins and checkpoint IOs by name (the built-in strategies and
-    /// whatever the registry added).
+    /// Strategies, precision plugins, checkpoint IOs, callbacks and loggers by name (the
+    /// built-in strategies and whatever the registry added).
     pub factories: Rc<PluginFactories>,
 }
 

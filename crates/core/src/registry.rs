@@ -93,6 +93,31 @@ fn check_name(what: &'static str, name: &str) -> Result<(), RegistryError> {
     }
 }
 
+/// Adds `(name, description)` to `listed` (what `--help` shows of the registered callbacks or
+/// loggers), refusing a malformed name or one that, compared as `key` makes names, is a
+/// built-in or already listed.
+fn list_free(
+    what: &'static str,
+    listed: &mut Vec<(String, String)>,
+    (name, description): (&str, &str),
+    builtins: &[&str],
+    key: fn(&str) -> String,
+) -> Result<(), RegistryError> {
+    check_name(what, name)?;
+    let taken = builtins
+        .iter()
+        .copied()
+        .chain(listed.iter().map(|(n, _)| n.as_str()));
+    if taken.map(key).any(|k| k == key(name)) {
+        return Err(RegistryError::Duplicate {
+            what,
+            name: name.to_owned(),
+        });
+    }
+    listed.push((name.to_owned(), description.to_owned()));
+    Ok(())
+}
+
 /// Accelerators, strategies, plugins and cluster environments by name, with a runner for job
 /// `J` per accelerator, and the distributed engine that starts and joins the processes of a
 /// multi-process run.
@@ -261,18 +286,15 @@ impl<J: Job> Registry<J> {
         description: &str,
         factory: impl Fn(&Value) -> anyhow::Result<C> + 'static,
     ) -> Result<Self, RegistryError> {
-        check_name("callback", name)?;
-        let key = callback_key(name);
-        let taken = CALLBACK_NAMES.iter().map(|(n, _)| *n);
-        let taken = taken.chain(self.catalog.callbacks.iter().map(|(n, _)| n.as_str()));
-        if taken.map(callback_key).any(|k| k == key) {
-            return Err(RegistryError::Duplicate {
-                what: "callback",
-                name: name.to_owned(),
-            });
-        }
-        let entry = (name.to_owned(), description.to_owned());
-        self.catalog.callbacks.push(entry);
+        let builtins = CALLBACK_NAMES.map(|(n, _)| n);
+        let listed = &mut self.catalog.callbacks;
+        list_free(
+            "callback",
+            listed,
+            (name, description),
+            &builtins,
+            callback_key,
+        )?;
         let factory: CallbackFactory =
             Arc::new(move |args| Ok(Box::new(factory(args)?) as Box<dyn Callback>));
         PluginFactories::set(&mut self.factories.callbacks, name, factory);
@@ -287,16 +309,15 @@ impl<J: Job> Registry<J> {
         description: &str,
         factory: impl Fn(&Path) -> anyhow::Result<L> + 'static,
     ) -> Result<Self, RegistryError> {
-        check_name("logger", name)?;
-        let builtin = ["csv", "tensorboard", "true", "false"].contains(&name);
-        if builtin || self.catalog.loggers.iter().any(|(n, _)| n == name) {
-            return Err(RegistryError::Duplicate {
-                what: "logger",
-                name: name.to_owned(),
-            });
-        }
-        let entry = (name.to_owned(), description.to_owned());
-        self.catalog.loggers.push(entry);
+        let builtins = ["csv", "tensorboard", "true", "false"];
+        let listed = &mut self.catalog.loggers;
+        list_free(
+            "logger",
+            listed,
+            (name, description),
+            &builtins,
+            str::to_owned,
+        )?;
         let factory: LoggerFactory =
             Arc::new(move |dir| Ok(Box::new(factory(dir)?) as Box<dyn Logger>));
         PluginFactories::set(&mut self.factories.loggers, name, factory);
@@ -336,7 +357,7 @@ impl<J: Job> Registry<J> {
         Ok(())
     }
 
-    /// The strategies, plugins and callbacks registered by name, with their factories.
+    /// The strategies, plugins, callbacks and loggers registered by name, with their factories.
     pub fn factories(&self) -> &PluginFactories {
         &self.factories
     }

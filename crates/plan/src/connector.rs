@@ -129,11 +129,7 @@ fn check_choices(
             "precision plugin {} cannot run this plan: {why}",
             plugin.name
         );
-        let value = match flag {
-            "--trainer.precision" => flags.precision.clone(),
-            _ => format!("[{}]", flags.plugins.join(", ")),
-        };
-        return Err(FlagError::new(flag, value, why));
+        return Err(FlagError::new(flag, chosen_value(flags, flag), why));
     }
     let environment = catalog
         .cluster_environment(&plan.cluster_environment)
@@ -143,13 +139,19 @@ fn check_choices(
             "cluster environment {} cannot run this plan: {why}",
             plan.cluster_environment
         );
-        let value = match chosen_by.environment {
-            "--trainer.plugins" => format!("[{}]", flags.plugins.join(", ")),
-            _ => flags.cluster_environment.clone(),
-        };
-        return Err(FlagError::new(chosen_by.environment, value, why));
+        let flag = chosen_by.environment;
+        return Err(FlagError::new(flag, chosen_value(flags, flag), why));
     }
     Ok(())
+}
+
+/// The value of `flag`, one of those that choose plugins, as the user gave it.
+fn chosen_value(flags: &TrainerFlags, flag: &str) -> String {
+    match flag {
+        "--trainer.precision" => flags.precision.clone(),
+        "--trainer.cluster_environment" => flags.cluster_environment.clone(),
+        _ => format!("[{}]", flags.plugins.join(", ")),
+    }
 }
 
 fn available_names(inventory: &Inventory, catalog: &Catalog) -> String {

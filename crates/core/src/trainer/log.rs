@@ -252,9 +252,10 @@ pub struct MetricCollector {
     pending: BTreeMap<String, Pending>,
 }
 
-/// A step value not logged yet: how to read it, and whether it is synced over the ranks.
+/// A step value not logged yet (read already, or how to read it), and whether it is synced
+/// over the ranks.
 struct Pending {
-    read: Box<dyn FnOnce() -> f64>,
+    value: Result<f64, Box<dyn FnOnce() -> f64>>,
     sync: bool,
 }
 
@@ -283,8 +284,8 @@ impl MetricCollector {
             };
             let sync = options.sync_dist;
             if on_step && !read_step && !options.prog_bar && !on_epoch {
-                let read = Box::new(move || value.read());
-                self.pending.insert(step_name, Pending { read, sync });
+                let value = Err(Box::new(move || value.read()) as Box<dyn FnOnce() -> f64>);
+                self.pending.insert(step_name, Pending { value, sync });
                 continue;
             }
             if !on_step && !on_epoch {
@@ -298,9 +299,8 @@ impl MetricCollector {
                 self.pending.remove(&step_name);
                 self.step.insert(step_name.clone(), x);
             } else if on_step {
-                let read = Box::new(move || x);
-                self.pending
-                    .insert(step_name.clone(), Pending { read, sync });
+                let pending = Pending { value: Ok(x), sync };
+                self.pending.insert(step_name.clone(), pending);
             }
             if on_step && options.prog_bar {
                 self.prog_bar.insert(step_name, x);
@@ -320,11 +320,11 @@ impl MetricCollector {
         &mut self,
         collective: Option<&dyn Collective>,
     ) -> anyhow::Result<BTreeMap<String, f64>> {
-        for (name, Pending { read, sync }) in std::mem::take(&mut self.pending) {
+        for (name, Pending { value, sync }) in std::mem::take(&mut self.pending) {
             if sync {
                 self.step_sync.insert(name.clone());
             }
-            self.step.insert(name, read());
+            self.step.insert(name, value.unwrap_or_else(|read| read()));
         }
         self.take_step(collective)
     }

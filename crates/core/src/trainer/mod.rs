@@ -216,7 +216,6 @@ impl<B: AutodiffBackend> Trainer<B> {
         let seed = strategy.broadcast_seed(seed)?;
         B::seed(&device, seed);
         let mut callbacks = callbacks::from_specs(&options.callbacks, factories.callbacks())?;
-        crate::loggers::check_names(&options.logger, factories.loggers())?;
         if options.enable_progress_bar && !callbacks.iter().any(|c| c.name() == "ProgressBar") {
             callbacks.push(Box::new(ProgressBar::new(Default::default())));
         }
