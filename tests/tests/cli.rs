@@ -101,6 +101,7 @@ fn a25_print_plan_is_one_json_object_with_exactly_the_plan_keys() {
         "devices",
         "num_nodes",
         "precision",
+        "deterministic",
         "flush_denormal",
         "cluster_environment",
         "world_size",
@@ -124,6 +125,7 @@ fn a25_print_plan_is_one_json_object_with_exactly_the_plan_keys() {
     assert_eq!(plan["process_group_backend"], backend);
     assert_eq!(plan["accelerator"], "cuda");
     assert_eq!(plan["flush_denormal"], false, "off by default on a GPU");
+    assert_eq!(plan["deterministic"], false);
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {

@@ -38,14 +38,13 @@ impl Callback for Probe {
     }
 }
 
-/// Builds a Trainer with `option` and fits the regression on a thread of its own, with the
+/// Builds a Trainer with `option` as the plan's choice (`None`: `Plan::local`'s) and fits the regression on a thread of its own, with the
 /// opposite mode set beforehand, so only the Trainer can have set what the probe sees.
 fn run(option: Option<bool>, expect_flushed: bool) -> Vec<(f32, Vec<f32>)> {
     std::thread::spawn(move || {
         set_flush_denormal_everywhere(!expect_flushed);
         let dir = tempfile::tempdir().unwrap();
         let options = TrainerOptions {
-            flush_denormal: option,
             max_epochs: Some(1),
             seed: Some(1),
             enable_progress_bar: false,
@@ -55,7 +54,10 @@ fn run(option: Option<bool>, expect_flushed: bool) -> Vec<(f32, Vec<f32>)> {
             ..TrainerOptions::default()
         };
         let seen = Seen::default();
-        let plan = Plan::local("cpu", Precision::F32True);
+        let mut plan = Plan::local("cpu", Precision::F32True);
+        if let Some(on) = option {
+            plan.flush_denormal = on;
+        }
         let mut trainer = Trainer::<B>::new::<CpuAccelerator>(&plan, options)
             .unwrap()
             .with_callback(Probe(Arc::clone(&seen)));

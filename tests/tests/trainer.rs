@@ -283,14 +283,12 @@ fn a_seed_makes_fits_repeat_bitwise() {
 fn deterministic_is_refused_with_a_reason_where_it_cannot_be_honoured() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let o = TrainerOptions {
+    let o = options(dir.path());
+    let deterministic = |accelerator| Plan {
         deterministic: true,
-        ..options(dir.path())
+        ..Plan::local(accelerator, Precision::F32True)
     };
-    let cpu = Trainer::<B>::new::<ember::cpu::CpuAccelerator>(
-        &Plan::local("cpu", Precision::F32True),
-        o.clone(),
-    );
+    let cpu = Trainer::<B>::new::<ember::cpu::CpuAccelerator>(&deterministic("cpu"), o.clone());
     match std::env::var("RAYON_NUM_THREADS").as_deref() {
         Ok("1") => assert!(cpu.is_ok()),
         _ => {
@@ -301,7 +299,7 @@ fn deterministic_is_refused_with_a_reason_where_it_cannot_be_honoured() {
             );
         }
     }
-    let e = Trainer::<B>::new::<PlannedTpu>(&Plan::local("tpu", Precision::F32True), o)
+    let e = Trainer::<B>::new::<PlannedTpu>(&deterministic("tpu"), o)
         .err()
         .unwrap()
         .to_string();

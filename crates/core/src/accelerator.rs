@@ -12,7 +12,7 @@ use crate::devices::{self, DevicesFlag};
 use crate::plugins::device_reduce::DeviceCollective;
 use crate::precision::Precision;
 
-pub use ember_plan::accelerator::{AcceleratorKind, check_deterministic, flush_denormal};
+pub use ember_plan::accelerator::{AcceleratorKind, check_deterministic};
 
 /// The device type of an accelerator's backend.
 pub type DeviceOf<A> = Device<<A as Accelerator>::Backend>;

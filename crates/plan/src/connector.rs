@@ -43,11 +43,11 @@ pub fn connect(
     )?;
     crate::accelerator::check_deterministic(
         accelerator.name,
-        flags.options.deterministic,
+        flags.deterministic,
         accelerator.deterministic,
     )?;
     let flush_denormal =
-        crate::accelerator::flush_denormal(flags.options.flush_denormal, accelerator.kind)?;
+        crate::accelerator::flush_denormal(flags.flush_denormal, accelerator.kind)?;
     let environment = match chosen.environment {
         Some(chosen) => chosen,
         None => cluster::detect(&catalog.cluster_environments, env).ok_or_else(|| {
@@ -84,6 +84,7 @@ pub fn connect(
         devices,
         num_nodes,
         precision,
+        deterministic: flags.deterministic,
         flush_denormal,
         plugins: chosen.names,
         process_group_backend,

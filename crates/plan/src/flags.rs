@@ -4,10 +4,10 @@ use serde_json::{Map, Value, json};
 
 use crate::devices::DevicesFlag;
 use crate::error::{FlagError, PlanResult, list, render};
-use crate::options::{TrainerOptions, help_lines, is_option_key};
+use crate::options::{Flag, FlagOrNull, Kind, TrainerOptions, help_lines, is_option_key};
 
 /// The trainer keys the connector reads, with a line of help each.
-pub const PLAN_KEYS: [(&str, &str); 7] = [
+pub const PLAN_KEYS: [(&str, &str); 9] = [
     (
         "accelerator",
         "accelerator name: auto, gpu, or a registered name [default: auto]",
@@ -32,6 +32,14 @@ pub const PLAN_KEYS: [(&str, &str); 7] = [
     (
         "plugins",
         "registered plugins by name: a precision plugin, a checkpoint IO, a cluster environment, a process group backend (mpi, or an accelerator's own, e.g. nccl) [default: []]",
+    ),
+    (
+        "deterministic",
+        "require bitwise reproducible kernels, or fail if the accelerator has none [default: false]",
+    ),
+    (
+        "flush_denormal",
+        "flush subnormal floats to zero on host threads (as torch.set_flush_denormal) [default: true on cpu, else false]",
     ),
 ];
 
@@ -60,6 +68,11 @@ pub struct TrainerFlags {
     pub cluster_environment: String,
     /// Registered plugins by name (`--trainer.plugins`).
     pub plugins: Vec<String>,
+    /// Require bitwise reproducible kernels, or refuse at plan time (`--trainer.deterministic`).
+    pub deterministic: bool,
+    /// Flush subnormal floats on host threads; `None`: the accelerator's default
+    /// (`--trainer.flush_denormal`).
+    pub flush_denormal: Option<bool>,
     /// The loop options (epochs, limits, callbacks, loggers ...).
     pub options: TrainerOptions,
 }
@@ -74,6 +87,8 @@ impl Default for TrainerFlags {
             precision: "32-true".into(),
             cluster_environment: "auto".into(),
             plugins: Vec::new(),
+            deterministic: false,
+            flush_denormal: None,
             options: TrainerOptions::default(),
         }
     }
@@ -117,6 +132,18 @@ impl TrainerFlags {
         self
     }
 
+    /// Requires bitwise reproducible kernels.
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.deterministic = on;
+        self
+    }
+
+    /// Sets whether host threads flush subnormal floats (`None`: the accelerator's default).
+    pub fn flush_denormal(mut self, on: Option<bool>) -> Self {
+        self.flush_denormal = on;
+        self
+    }
+
     /// Sets the number of epochs.
     pub fn max_epochs(mut self, epochs: u64) -> Self {
         self.options.max_epochs = Some(epochs);
@@ -144,6 +171,8 @@ impl TrainerFlags {
             "precision": self.precision,
             "cluster_environment": self.cluster_environment,
             "plugins": self.plugins,
+            "deterministic": Flag::write(&self.deterministic),
+            "flush_denormal": FlagOrNull::write(&self.flush_denormal),
         });
         if let Value::Object(map) = &mut value {
             map.extend(self.options.to_value());
@@ -174,6 +203,8 @@ impl TrainerFlags {
                 "precision" => flags.precision = text(&flag, value)?,
                 "cluster_environment" => flags.cluster_environment = text(&flag, value)?,
                 "plugins" => flags.plugins = plugin_names(&flag, value)?,
+                "deterministic" => flags.deterministic = parse::<Flag>(&flag, value)?,
+                "flush_denormal" => flags.flush_denormal = parse::<FlagOrNull>(&flag, value)?,
                 "devices" => {
                     flags.devices = DevicesFlag::from_value(value)
                         .map_err(|m| FlagError::new(&flag, render(value), m))?;
@@ -197,6 +228,11 @@ impl TrainerFlags {
         flags.options.check()?;
         Ok(flags)
     }
+}
+
+/// A value of kind `K`, or an error naming the flag, the value and what `K` allows.
+fn parse<K: Kind>(flag: &str, value: &Value) -> PlanResult<K::Value> {
+    K::parse(value).map_err(|allowed| FlagError::new(flag, render(value), allowed))
 }
 
 /// A scalar option: strings as they are, numbers and booleans as their text.

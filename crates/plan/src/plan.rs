@@ -18,8 +18,12 @@ pub struct Plan {
     pub num_nodes: usize,
     /// Precision in effect (the named precision a precision plugin builds on).
     pub precision: Precision,
+    /// Whether the run requires bitwise reproducible kernels (`--trainer.deterministic`); the
+    /// connector refused it where the accelerator cannot honour it, and the Trainer's builder
+    /// refuses a hand-made plan that asks it of such an accelerator.
+    pub deterministic: bool,
     /// Whether host threads flush subnormal floats to zero (`--trainer.flush_denormal`, on by
-    /// default for CPU accelerators).
+    /// default for CPU accelerators). The Trainer sets the mode from this field alone.
     pub flush_denormal: bool,
     /// Registered plugins the Trainer builds by name (a precision plugin, a checkpoint IO), as
     /// `--trainer.plugins` or `--trainer.precision` named them; shown only when there are some.
@@ -63,9 +67,9 @@ pub enum Launcher {
 
 impl Plan {
     /// The plan the connector makes for one process on device 0 of `accelerator` on this
-    /// machine (for tests, benchmarks and programs that build a Trainer without the CLI).
-    /// `flush_denormal` is the CPU default; the Trainer's builder resolves it again from the
-    /// options and the accelerator it builds for.
+    /// machine (for tests, benchmarks and programs that build a Trainer without the CLI):
+    /// not deterministic, and subnormal floats flushed where the architecture can (the CPU
+    /// default; set `flush_denormal` for another accelerator or choice).
     pub fn local(accelerator: &str, precision: Precision) -> Self {
         Self {
             accelerator: accelerator.to_owned(),
@@ -73,6 +77,7 @@ impl Plan {
             devices: vec![0],
             num_nodes: 1,
             precision,
+            deterministic: false,
             flush_denormal: crate::accelerator::FLUSH_DENORMAL_SUPPORTED,
             plugins: Vec::new(),
             process_group_backend: None,

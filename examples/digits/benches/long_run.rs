@@ -83,14 +83,16 @@ fn fit(flush_denormal: Option<bool>, max_epochs: usize) -> anyhow::Result<Fit> {
     let options = TrainerOptions {
         seed: Some(data.seed),
         max_epochs: Some(max_epochs as u64),
-        flush_denormal,
         enable_progress_bar: false,
         enable_checkpointing: false,
         logger: Vec::new(),
         ..TrainerOptions::default()
     };
     let clock = Rc::new(RefCell::new(Clock::default()));
-    let plan = Plan::local("cpu", Precision::F32True);
+    let mut plan = Plan::local("cpu", Precision::F32True);
+    if let Some(on) = flush_denormal {
+        plan.flush_denormal = on;
+    }
     let mut trainer = Trainer::<CpuBackend>::new::<CpuAccelerator>(&plan, options)?
         .with_callback(EpochClock(Rc::clone(&clock)));
     let mut data = DigitsData::new(data);

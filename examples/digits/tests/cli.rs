@@ -410,6 +410,29 @@ fn deterministic_is_checked_at_plan_time() {
     );
     let out = digits(&flags, &[("RAYON_NUM_THREADS", "1")]);
     assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["deterministic"], true, "the plan carries the choice");
+}
+
+#[test]
+fn flush_denormal_is_decided_in_the_plan() {
+    for (flag, flushed) in [(None, true), (Some("false"), false), (Some("null"), true)] {
+        let set = flag.map(|v| format!("--trainer.flush_denormal={v}"));
+        let mut flags = vec!["fit", "--print-plan"];
+        flags.extend(set.as_deref());
+        let out = digits(&flags, &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let expected = flushed && cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+        assert_eq!(plan["flush_denormal"], expected, "{flag:?}");
+    }
+    let out = digits(&["fit", "--trainer.flush_denormal=sometimes"], &[]);
+    fails_with(&out, 2, "--trainer.flush_denormal");
+    assert!(
+        stderr(&out).contains("true, false, or null"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -122,7 +122,7 @@ impl TrainerBuilder {
     /// The Trainer, on the device of accelerator `A` this process drives.
     pub fn build<A: Accelerator>(self) -> anyhow::Result<Trainer<A::Backend>> {
         let Self {
-            mut plan,
+            plan,
             factories,
             options,
             strategy,
@@ -134,13 +134,9 @@ impl TrainerBuilder {
         if let Some(kind) = clash {
             anyhow::bail!("Trainer::builder was given two of one kind of plugin: a {kind} twice");
         }
-        crate::accelerator::check_deterministic(
-            A::name(),
-            options.deterministic,
-            A::deterministic,
-        )?;
-        plan.flush_denormal =
-            crate::accelerator::flush_denormal(options.flush_denormal, A::kind())?;
+        // The connector checked its plan against the accelerator it named; a plan made by
+        // hand is checked against the accelerator built here.
+        crate::accelerator::check_deterministic(A::name(), plan.deterministic, A::deterministic)?;
         let device = A::parallel_devices(&[plan.local_device()])
             .into_iter()
             .next()

@@ -184,13 +184,10 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// A Trainer on `device` with no accelerator behind it (no device stats, one process,
-    /// 32-true, `single_device`, host floats flushed unless `flush_denormal=false`).
+    /// 32-true, `single_device`, host floats flushed as [`Plan::local`] says; a program that
+    /// wants another choice builds with [`Trainer::builder`] and a plan of its own).
     pub fn on_device(device: B::Device, options: TrainerOptions) -> anyhow::Result<Self> {
-        let mut plan = Plan::local("", crate::precision::Precision::F32True);
-        plan.flush_denormal = crate::accelerator::flush_denormal(
-            options.flush_denormal,
-            crate::accelerator::AcceleratorKind::Cpu,
-        )?;
+        let plan = Plan::local("", crate::precision::Precision::F32True);
         let factories = Rc::new(PluginFactories::default());
         let parts = builder::parts(&plan, &options, &factories, Default::default())?;
         let strategy = Box::new(crate::plugins::strategy::SingleDevice::new(parts));

@@ -140,19 +140,6 @@ trainer_options! {
     /// initialise at the same time.
     seed: Option<u64> = None, CountOrNull,
         "seed for weights, shuffling and dropout; null draws one", shown "the app's";
-    /// Require bitwise reproducible kernels, or refuse at plan time with the reason (exit 2):
-    /// cpu honours it when `RAYON_NUM_THREADS=1` (burn-flex combines the partial sums of
-    /// large tensors in work-stealing order otherwise); tch-cpu honours it (LibTorch's CPU
-    /// kernels split work statically by thread count); cuda, tch-cuda and wgpu refuse.
-    deterministic: bool = false, Flag,
-        "require bitwise reproducible kernels, or fail if the backend has none";
-    /// Flush subnormal floats to zero (FTZ/DAZ) on the threads that compute on the host: the
-    /// loop's thread and the CPU backend's worker pool. Much faster once gradients and
-    /// optimizer moments underflow; values below 1.2e-38 (f32) become 0. `null`: on for CPU
-    /// accelerators, off elsewhere. The plan records the choice.
-    flush_denormal: Option<bool> = None, FlagOrNull,
-        "flush subnormal floats to zero on host threads (as torch.set_flush_denormal)",
-        shown "true on cpu, else false";
     /// Batches per optimizer step; each loss is divided by it, so k batches of a mean loss
     /// equal one batch k times larger.
     accumulate_grad_batches: u64 = 1, Positive,

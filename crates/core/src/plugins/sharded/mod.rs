@@ -272,3 +272,6 @@ impl OptimizerSharding for DdpSharded {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
