@@ -111,8 +111,12 @@ pub trait RunsWith<B: AutodiffBackend, D: DataModule>: TrainingModule<B> {
         data: &mut D,
     ) -> anyhow::Result<BTreeMap<String, f64>>;
 
-    /// [`Trainer::predict`] with the model's inner module, as JSON.
-    fn predict(trainer: &mut Trainer<B>, model: Self, data: &mut D) -> anyhow::Result<Vec<Value>>;
+    /// [`Trainer::predict_each`] with the model's inner module, as JSON.
+    fn predict(
+        trainer: &mut Trainer<B>,
+        model: Self,
+        data: &mut D,
+    ) -> anyhow::Result<Vec<Vec<Value>>>;
 }
 
 impl<B, D, M> RunsWith<B, D> for M
@@ -139,8 +143,12 @@ where
         }
     }
 
-    fn predict(trainer: &mut Trainer<B>, model: Self, data: &mut D) -> anyhow::Result<Vec<Value>> {
-        trainer.predict(model.valid(), data)
+    fn predict(
+        trainer: &mut Trainer<B>,
+        model: Self,
+        data: &mut D,
+    ) -> anyhow::Result<Vec<Vec<Value>>> {
+        trainer.predict_each(model.valid(), data)
     }
 }
 
@@ -162,8 +170,9 @@ pub enum AppOutput {
     },
     /// `validate` / `test`: the pass's metrics.
     Metrics(BTreeMap<String, f64>),
-    /// `predict`: each batch's prediction (rank 0; empty on the other ranks).
-    Predictions(Vec<Value>),
+    /// `predict`: each batch's prediction, one list per predict loader (rank 0; empty lists
+    /// on the other ranks).
+    Predictions(Vec<Vec<Value>>),
 }
 
 /// The job the CLI runs for application `A`: built from the invocation, run on any
@@ -240,7 +249,8 @@ impl<A: App> Job for AppJob<A> {
 }
 
 /// Prints what a run produced: fit's summary line, the metrics one per line, or the
-/// predictions one per line (a batch's list is spread over lines).
+/// predictions one per line (a batch's list is spread over lines; with several predict
+/// loaders each line is `{"dataloader_idx": N, "prediction": ...}`).
 fn report(output: &AppOutput, plan: &Plan) -> anyhow::Result<()> {
     match output {
         AppOutput::Fit {
@@ -275,18 +285,31 @@ fn report(output: &AppOutput, plan: &Plan) -> anyhow::Result<()> {
                 println!("{name} {value:.4}");
             }
         }
-        AppOutput::Predictions(batches) => {
-            print_lines(batches.iter().flat_map(|batch| match batch {
-                Value::Array(items) => items.iter().collect::<Vec<_>>(),
-                one => vec![one],
-            }))?
-        }
+        AppOutput::Predictions(loaders) => print_lines(prediction_lines(loaders))?,
     }
     Ok(())
 }
 
+/// The lines `predict` prints: every item of every batch (a batch's list spread over lines),
+/// each tagged with its loader when there are several.
+fn prediction_lines(loaders: &[Vec<Value>]) -> impl Iterator<Item = Value> + '_ {
+    let several = loaders.len() > 1;
+    (loaders.iter().enumerate()).flat_map(move |(index, batches)| {
+        batches
+            .iter()
+            .flat_map(|batch| match batch {
+                Value::Array(items) => items.iter().collect::<Vec<_>>(),
+                one => vec![one],
+            })
+            .map(move |item| match several {
+                true => serde_json::json!({"dataloader_idx": index, "prediction": item}),
+                false => item.clone(),
+            })
+    })
+}
+
 /// Prints one JSON value per line; a closed pipe (`app predict | head`) ends quietly.
-fn print_lines<'a>(values: impl Iterator<Item = &'a Value>) -> anyhow::Result<()> {
+fn print_lines(values: impl Iterator<Item = Value>) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = values
@@ -296,5 +319,29 @@ fn print_lines<'a>(values: impl Iterator<Item = &'a Value>) -> anyhow::Result<()
     match written {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::prediction_lines;
+
+    #[test]
+    fn predictions_print_one_item_per_line_tagged_by_loader_when_there_are_several() {
+        let one = [vec![json!([1, 2]), json!(3)]];
+        let lines: Vec<_> = prediction_lines(&one).collect();
+        assert_eq!(lines, [json!(1), json!(2), json!(3)]);
+        let two = [vec![json!([1, 2])], vec![json!("x")]];
+        let lines: Vec<_> = prediction_lines(&two).collect();
+        assert_eq!(
+            lines,
+            [
+                json!({"dataloader_idx": 0, "prediction": 1}),
+                json!({"dataloader_idx": 0, "prediction": 2}),
+                json!({"dataloader_idx": 1, "prediction": "x"}),
+            ]
+        );
     }
 }

@@ -67,8 +67,11 @@ pub struct TrainerState {
     pub batches_done: usize,
     /// Training batches per epoch.
     pub num_training_batches: usize,
-    /// Batches of the evaluation pass running (validation, test or predict).
+    /// Batches of the evaluation pass running (validation, test or predict), of the loader
+    /// running when there are several.
     pub num_eval_batches: usize,
+    /// The loader of the evaluation batch just run (Lightning's `dataloader_idx`; 0 with one).
+    pub dataloader_idx: usize,
     /// Epochs the run may take.
     pub max_epochs: u64,
     /// Epochs before early stopping may stop the run.

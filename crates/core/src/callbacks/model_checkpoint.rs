@@ -15,7 +15,9 @@ pub struct ModelCheckpointConfig {
     /// without a logger).
     pub dirpath: Option<PathBuf>,
     /// File name template without extension: `{epoch}`, `{step}` and `{METRIC}` become
-    /// `epoch=3`, `step=120`, `METRIC=0.1234` (default: `{epoch}-{step}`).
+    /// `epoch=3`, `step=120`, `METRIC=0.1234` (default: `{epoch}-{step}`); a `/` in a
+    /// metric's name (`val_loss/dataloader_idx_1`) is written `_`, so the file stays in
+    /// `dirpath`.
     pub filename: Option<String>,
     /// The metric that ranks checkpoints; none keeps the latest ones.
     pub monitor: Option<String>,
@@ -120,8 +122,8 @@ impl ModelCheckpoint {
                 "epoch" => name.push_str(&format!("epoch={}", state.epoch)),
                 "step" => name.push_str(&format!("step={}", state.global_step)),
                 metric => match state.callback_metrics.get(metric) {
-                    Some(v) => name.push_str(&format!("{metric}={v:.4}")),
-                    None => name.push_str(metric),
+                    Some(v) => name.push_str(&format!("{}={v:.4}", metric.replace('/', "_"))),
+                    None => name.push_str(&metric.replace('/', "_")),
                 },
             }
             rest = &rest[open + close + 1..];

@@ -59,9 +59,32 @@ impl<I> Loader<I> {
     /// This loader, or an error naming it (`which`: train, val, test, predict) when it cannot
     /// make a batch: a batch size of 0.
     pub(crate) fn checked(self, which: &str) -> anyhow::Result<Self> {
+        self.checked_as(which, &format!("{which}_loader"))
+    }
+
+    /// Every loader of `loaders` checked as [`checked`](Self::checked) does (naming the index
+    /// of one among several) and sharded by `shard`.
+    pub(crate) fn checked_all(
+        loaders: Vec<Self>,
+        which: &str,
+        shard: Shard,
+    ) -> anyhow::Result<Vec<Self>> {
+        let several = loaders.len() > 1;
+        (loaders.into_iter().enumerate())
+            .map(|(i, loader)| {
+                let checked = match several {
+                    true => loader.checked_as(&format!("{which} {i}"), &format!("{which}_loaders")),
+                    false => loader.checked(which),
+                };
+                Ok(checked?.sharded(shard))
+            })
+            .collect()
+    }
+
+    fn checked_as(self, name: &str, method: &str) -> anyhow::Result<Self> {
         anyhow::ensure!(
             self.batch_size > 0,
-            "the {which} loader (DataModule::{which}_loader) has batch_size 0; a batch needs at least 1 item"
+            "the {name} loader (DataModule::{method}) has batch_size 0; a batch needs at least 1 item"
         );
         Ok(self)
     }
@@ -161,6 +184,25 @@ pub trait DataModule {
     fn predict_loader(&self) -> Option<Loader<Self::Item>> {
         None
     }
+
+    /// Every validation loader, in `dataloader_idx` order; by default the one
+    /// [`val_loader`](Self::val_loader) gives. A data module with several overrides this one:
+    /// each is run in turn, and with more than one the metrics a step logs are named
+    /// `NAME/dataloader_idx_N` (see `LogOptions::add_dataloader_idx`).
+    fn val_loaders(&self) -> Vec<Loader<Self::Item>> {
+        self.val_loader().into_iter().collect()
+    }
+
+    /// Every test loader, as [`val_loaders`](Self::val_loaders).
+    fn test_loaders(&self) -> Vec<Loader<Self::Item>> {
+        self.test_loader().into_iter().collect()
+    }
+
+    /// Every predict loader, as [`val_loaders`](Self::val_loaders); `Trainer::predict_each`
+    /// returns one list of predictions per loader.
+    fn predict_loaders(&self) -> Vec<Loader<Self::Item>> {
+        self.predict_loader().into_iter().collect()
+    }
 }
 
 /// How a data module's batcher is made, once per Trainer entry point (after
@@ -195,9 +237,9 @@ impl<D: ?Sized, T: Default> FromDataModule<D> for T {
 pub struct DataLoaders<I, Bt> {
     batcher: Given<Bt>,
     train: Option<Loader<I>>,
-    val: Option<Loader<I>>,
-    test: Option<Loader<I>>,
-    predict: Option<Loader<I>>,
+    val: Vec<Loader<I>>,
+    test: Vec<Loader<I>>,
+    predict: Vec<Loader<I>>,
 }
 
 impl<I, Bt> DataLoaders<I, Bt> {
@@ -206,9 +248,9 @@ impl<I, Bt> DataLoaders<I, Bt> {
         Self {
             batcher: Given(Arc::new(batcher)),
             train: None,
-            val: None,
-            test: None,
-            predict: None,
+            val: Vec::new(),
+            test: Vec::new(),
+            predict: Vec::new(),
         }
     }
 
@@ -218,21 +260,21 @@ impl<I, Bt> DataLoaders<I, Bt> {
         self
     }
 
-    /// The validation loader.
+    /// A validation loader; called again, another one (the next `dataloader_idx`).
     pub fn val(mut self, loader: Loader<I>) -> Self {
-        self.val = Some(loader);
+        self.val.push(loader);
         self
     }
 
-    /// The test loader.
+    /// A test loader; called again, another one.
     pub fn test(mut self, loader: Loader<I>) -> Self {
-        self.test = Some(loader);
+        self.test.push(loader);
         self
     }
 
-    /// The predict loader.
+    /// A predict loader; called again, another one.
     pub fn predict(mut self, loader: Loader<I>) -> Self {
-        self.predict = Some(loader);
+        self.predict.push(loader);
         self
     }
 }
@@ -246,14 +288,26 @@ impl<I: Send + Sync + 'static, Bt> DataModule for DataLoaders<I, Bt> {
     }
 
     fn val_loader(&self) -> Option<Loader<I>> {
-        self.val.clone()
+        self.val.first().cloned()
     }
 
     fn test_loader(&self) -> Option<Loader<I>> {
-        self.test.clone()
+        self.test.first().cloned()
     }
 
     fn predict_loader(&self) -> Option<Loader<I>> {
+        self.predict.first().cloned()
+    }
+
+    fn val_loaders(&self) -> Vec<Loader<I>> {
+        self.val.clone()
+    }
+
+    fn test_loaders(&self) -> Vec<Loader<I>> {
+        self.test.clone()
+    }
+
+    fn predict_loaders(&self) -> Vec<Loader<I>> {
         self.predict.clone()
     }
 }

@@ -1,16 +1,11 @@
 //! Logging from inside a step: `log.log("train_loss", &loss)`, reduced per step and per epoch.
 //!
-//! A step only records what it logs; the Trainer decides when a value is read from the
-//! device (values logged `on_step` only on logging steps or for the progress bar, values
-//! logged `on_epoch` every step) and reduces epoch values as Lightning does: a mean weighted
-//! by the batch size, unless another reduction is asked for.
-
-use std::collections::{BTreeMap, BTreeSet};
+//! A step only records what it logs; the loops' [`MetricCollector`](super::collector) decides
+//! when a value is read from the device and reduces it.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 
-use crate::collective::Collective;
 use crate::stage::Stage;
 
 /// How epoch values of a metric are combined.
@@ -44,6 +39,10 @@ pub struct LogOptions {
     /// rank's shard, a step value as the mean of the ranks' (otherwise each rank keeps its own,
     /// and rank 0's is the one logged).
     pub sync_dist: bool,
+    /// With several validation (or test) loaders, name the value `NAME/dataloader_idx_N` after
+    /// the loader it came from (default: true, as Lightning). `false` keeps the name as given,
+    /// so every loader's batches reduce into one value.
+    pub add_dataloader_idx: Option<bool>,
 }
 
 impl LogOptions {
@@ -77,6 +76,11 @@ impl LogOptions {
         self.sync_dist = true;
         self
     }
+    /// Whether the name gets the loader's `/dataloader_idx_N` when there are several.
+    pub fn add_dataloader_idx(mut self, yes: bool) -> Self {
+        self.add_dataloader_idx = Some(yes);
+        self
+    }
 }
 
 /// A value as a step logged it: still on the device, or a host number.
@@ -88,7 +92,7 @@ pub enum LogValue<B: Backend> {
 }
 
 impl<B: Backend> LogValue<B> {
-    fn read(self) -> f64 {
+    pub(super) fn read(self) -> f64 {
         match self {
             LogValue::Tensor(t) => t.into_scalar().elem::<f64>(),
             LogValue::Scalar(x) => x,
@@ -121,17 +125,20 @@ impl<B: Backend> From<f32> for LogValue<B> {
     }
 }
 
-struct Entry<B: Backend> {
-    name: String,
-    value: LogValue<B>,
-    options: LogOptions,
+/// One value a step logged, as it logged it.
+pub(super) struct Entry<B: Backend> {
+    pub(super) name: String,
+    pub(super) value: LogValue<B>,
+    pub(super) options: LogOptions,
 }
 
 /// What a step logs; handed to every `*_step` method.
 pub struct StepLog<B: Backend> {
     stage: Stage,
-    entries: Vec<Entry<B>>,
+    pub(super) entries: Vec<Entry<B>>,
     missing: Option<&'static str>,
+    /// The loader the batch came from, when the loop has several.
+    pub(super) loader: Option<usize>,
 }
 
 impl<B: Backend> StepLog<B> {
@@ -140,7 +147,19 @@ impl<B: Backend> StepLog<B> {
             stage,
             entries: Vec::new(),
             missing: None,
+            loader: None,
         }
+    }
+
+    /// Batches from here on come from loader `index` of `count`.
+    pub(crate) fn set_loader(&mut self, index: usize, count: usize) {
+        self.loader = (count > 1).then_some(index);
+    }
+
+    /// The index of the loader this batch came from (Lightning's `dataloader_idx`): 0 when the
+    /// loop has one loader.
+    pub fn dataloader_idx(&self) -> usize {
+        self.loader.unwrap_or(0)
     }
 
     /// Records that the step called is one the model does not implement (the trait's default).
@@ -172,328 +191,11 @@ impl<B: Backend> StepLog<B> {
         });
     }
 
-    fn defaults(&self) -> (bool, bool) {
+    /// Whether a value is recorded per step and per epoch unless its options say.
+    pub(super) fn defaults(&self) -> (bool, bool) {
         match self.stage {
             Stage::Fit => (true, false),
             _ => (false, true),
         }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Accumulator {
-    total: f64,
-    weight: f64,
-    reduce: Reduce,
-    sync: bool,
-}
-
-impl Accumulator {
-    /// Nothing reduced yet.
-    fn empty(reduce: Reduce, sync: bool) -> Self {
-        let total = match reduce {
-            Reduce::Max => f64::NEG_INFINITY,
-            Reduce::Min => f64::INFINITY,
-            _ => 0.0,
-        };
-        Self {
-            total,
-            weight: 0.0,
-            reduce,
-            sync,
-        }
-    }
-
-    fn add(&mut self, x: f64, w: f64) {
-        match self.reduce {
-            Reduce::Mean => {
-                self.total += x * w;
-                self.weight += w;
-            }
-            Reduce::Sum => self.total += x,
-            Reduce::Max => self.total = self.total.max(x),
-            Reduce::Min => self.total = self.total.min(x),
-        }
-    }
-
-    /// Folds in another rank's partial reduction.
-    fn merge(&mut self, total: f64, weight: f64) {
-        match self.reduce {
-            Reduce::Mean | Reduce::Sum => {
-                self.total += total;
-                self.weight += weight;
-            }
-            Reduce::Max => self.total = self.total.max(total),
-            Reduce::Min => self.total = self.total.min(total),
-        }
-    }
-
-    fn value(&self) -> f64 {
-        match self.reduce {
-            Reduce::Mean if self.weight > 0.0 => self.total / self.weight,
-            Reduce::Mean => f64::NAN,
-            _ => self.total,
-        }
-    }
-}
-
-/// Where a loop collects what its steps logged.
-#[derive(Debug, Default)]
-pub struct MetricCollector {
-    epoch: BTreeMap<String, Accumulator>,
-    /// Step values of the latest logging step, by final name.
-    pub step: BTreeMap<String, f64>,
-    /// The step values logged with `sync_dist`.
-    step_sync: BTreeSet<String>,
-    /// Values shown in the progress bar, by final name.
-    pub prog_bar: BTreeMap<String, f64>,
-    /// Step values logged since each name's latest logging step, read only when
-    /// [`take_pending`](Self::take_pending) asks (not every step: each read waits for the device).
-    pending: BTreeMap<String, Pending>,
-}
-
-/// A step value not logged yet (read already, or how to read it), and whether it is synced
-/// over the ranks.
-struct Pending {
-    value: Result<f64, Box<dyn FnOnce() -> f64>>,
-    sync: bool,
-}
-
-impl std::fmt::Debug for Pending {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending").field("sync", &self.sync).finish()
-    }
-}
-
-impl MetricCollector {
-    /// Takes what a step logged. `read_step` says whether on_step values are wanted now.
-    pub fn collect<B: Backend>(&mut self, log: &mut StepLog<B>, read_step: bool) {
-        let (step_default, epoch_default) = log.defaults();
-        for Entry {
-            name,
-            value,
-            options,
-        } in log.entries.drain(..)
-        {
-            let on_step = options.on_step.unwrap_or(step_default);
-            let on_epoch = options.on_epoch.unwrap_or(epoch_default);
-            let (step_name, epoch_name) = if on_step && on_epoch {
-                (format!("{name}_step"), format!("{name}_epoch"))
-            } else {
-                (name.clone(), name)
-            };
-            let sync = options.sync_dist;
-            if on_step && !read_step && !options.prog_bar && !on_epoch {
-                let value = Err(Box::new(move || value.read()) as Box<dyn FnOnce() -> f64>);
-                self.pending.insert(step_name, Pending { value, sync });
-                continue;
-            }
-            if !on_step && !on_epoch {
-                continue;
-            }
-            let x = value.read();
-            if on_step && read_step {
-                if sync {
-                    self.step_sync.insert(step_name.clone());
-                }
-                self.pending.remove(&step_name);
-                self.step.insert(step_name.clone(), x);
-            } else if on_step {
-                let pending = Pending { value: Ok(x), sync };
-                self.pending.insert(step_name.clone(), pending);
-            }
-            if on_step && options.prog_bar {
-                self.prog_bar.insert(step_name, x);
-            }
-            if on_epoch {
-                self.epoch
-                    .entry(epoch_name)
-                    .or_insert(Accumulator::empty(options.reduce, options.sync_dist))
-                    .add(x, options.batch_size.unwrap_or(1) as f64);
-            }
-        }
-    }
-
-    /// The step values logged since their latest logging step, read now and `sync_dist` ones
-    /// averaged as [`take_step`](Self::take_step) does: the current values at an epoch's end.
-    pub fn take_pending(
-        &mut self,
-        collective: Option<&dyn Collective>,
-    ) -> anyhow::Result<BTreeMap<String, f64>> {
-        for (name, Pending { value, sync }) in std::mem::take(&mut self.pending) {
-            if sync {
-                self.step_sync.insert(name.clone());
-            }
-            self.step.insert(name, value.unwrap_or_else(|read| read()));
-        }
-        self.take_step(collective)
-    }
-
-    /// The latest logging step's values, clearing them. With a collective, the values logged
-    /// with `sync_dist` are averaged over the ranks that logged them.
-    pub fn take_step(
-        &mut self,
-        collective: Option<&dyn Collective>,
-    ) -> anyhow::Result<BTreeMap<String, f64>> {
-        let mut step = std::mem::take(&mut self.step);
-        let synced = std::mem::take(&mut self.step_sync);
-        if let Some(collective) = collective {
-            let own: Vec<(&String, f64)> = synced
-                .iter()
-                .filter_map(|name| step.get(name).map(|x| (name, *x)))
-                .collect();
-            let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-            for bytes in collective.all_gather(&serde_json::to_vec(&own)?)? {
-                let rank: Vec<(String, f64)> = serde_json::from_slice(&bytes)?;
-                for (name, x) in rank {
-                    let (sum, n) = sums.entry(name).or_default();
-                    *sum += x;
-                    *n += 1.0;
-                }
-            }
-            for (name, (sum, n)) in sums {
-                if let Some(x) = step.get_mut(&name) {
-                    *x = sum / n;
-                }
-            }
-        }
-        Ok(step)
-    }
-
-    /// The epoch's reduced values, clearing them for the next epoch. With a collective, the
-    /// values logged with `sync_dist` are reduced over every rank's partial reductions.
-    pub fn take_epoch(
-        &mut self,
-        collective: Option<&dyn Collective>,
-    ) -> anyhow::Result<BTreeMap<String, f64>> {
-        let mut epoch = std::mem::take(&mut self.epoch);
-        if let Some(collective) = collective {
-            let partial: Vec<(&String, f64, f64)> = epoch
-                .iter()
-                .filter(|(_, acc)| acc.sync)
-                .map(|(name, acc)| (name, acc.total, acc.weight))
-                .collect();
-            let gathered = collective.all_gather(&serde_json::to_vec(&partial)?)?;
-            let mut synced: BTreeMap<String, Accumulator> = BTreeMap::new();
-            for bytes in gathered {
-                let ranks: Vec<(String, f64, f64)> = serde_json::from_slice(&bytes)?;
-                for (name, total, weight) in ranks {
-                    if let Some(own) = epoch.get(&name) {
-                        synced
-                            .entry(name)
-                            .or_insert(Accumulator::empty(own.reduce, true))
-                            .merge(total, weight);
-                    }
-                }
-            }
-            epoch.extend(synced);
-        }
-        Ok(epoch
-            .into_iter()
-            .map(|(name, acc)| (name, acc.value()))
-            .collect())
-    }
-
-    /// Drops everything collected (after a sanity check).
-    pub fn clear(&mut self) {
-        *self = Self::default();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reduce(reduce: Reduce, values: &[(f64, f64)]) -> f64 {
-        let mut acc = Accumulator::empty(reduce, false);
-        for &(x, w) in values {
-            acc.add(x, w);
-        }
-        acc.value()
-    }
-
-    #[test]
-    fn epoch_reductions() {
-        let values = [(1.0, 3.0), (0.0, 1.0), (2.0, 4.0)];
-        assert_eq!(reduce(Reduce::Mean, &values), 11.0 / 8.0);
-        assert_eq!(reduce(Reduce::Sum, &values), 3.0);
-        assert_eq!(reduce(Reduce::Max, &values), 2.0);
-        assert_eq!(reduce(Reduce::Min, &values), 0.0);
-        assert!(reduce(Reduce::Mean, &[]).is_nan());
-    }
-
-    /// Rank 0 of a two-rank run whose rank 1 sent `other`'s partial reductions.
-    struct TwoRanks {
-        other: Vec<u8>,
-    }
-
-    impl Collective for TwoRanks {
-        fn rank(&self) -> usize {
-            0
-        }
-        fn world_size(&self) -> usize {
-            2
-        }
-        fn barrier(&self) -> anyhow::Result<()> {
-            Ok(())
-        }
-        fn all_reduce_f32(
-            &self,
-            _: &mut [f32],
-            _: crate::collective::ReduceOp,
-        ) -> anyhow::Result<()> {
-            unimplemented!("not used by metric sync")
-        }
-        fn all_reduce_f64(
-            &self,
-            _: &mut [f64],
-            _: crate::collective::ReduceOp,
-        ) -> anyhow::Result<()> {
-            unimplemented!("not used by metric sync")
-        }
-        fn broadcast(&self, _: &mut Vec<u8>, _: usize) -> anyhow::Result<()> {
-            unimplemented!("not used by metric sync")
-        }
-        fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
-            Ok(vec![bytes.to_vec(), self.other.clone()])
-        }
-        fn abort(&self, code: i32) -> ! {
-            std::process::exit(code)
-        }
-    }
-
-    #[test]
-    fn sync_dist_reduces_over_every_rank_and_leaves_the_rest_alone() {
-        let mut collector = MetricCollector::default();
-        let mut put = |name: &str, reduce, sync, values: &[(f64, f64)]| {
-            let mut acc = Accumulator::empty(reduce, sync);
-            for &(x, w) in values {
-                acc.add(x, w);
-            }
-            collector.epoch.insert(name.to_owned(), acc);
-        };
-        put("val_acc", Reduce::Mean, true, &[(1.0, 3.0)]);
-        put("val_max", Reduce::Max, true, &[(2.0, 1.0)]);
-        put("own", Reduce::Mean, false, &[(7.0, 1.0)]);
-        // Rank 1: val_acc 0.5 over 2 samples, val_max 5.
-        let other = serde_json::to_vec(&[("val_acc", 1.0, 2.0), ("val_max", 5.0, 0.0)]).unwrap();
-        let epoch = collector.take_epoch(Some(&TwoRanks { other })).unwrap();
-        assert_eq!(epoch["val_acc"], 4.0 / 5.0);
-        assert_eq!(epoch["val_max"], 5.0);
-        assert_eq!(epoch["own"], 7.0);
-        assert!(collector.take_epoch(None).unwrap().is_empty());
-    }
-
-    #[test]
-    fn sync_dist_step_values_are_the_mean_of_the_ranks() {
-        let mut collector = MetricCollector::default();
-        collector.step.insert("loss".into(), 1.0);
-        collector.step.insert("own".into(), 7.0);
-        collector.step_sync.insert("loss".into());
-        let other = serde_json::to_vec(&[("loss", 3.0)]).unwrap();
-        let step = collector.take_step(Some(&TwoRanks { other })).unwrap();
-        assert_eq!(step["loss"], 2.0);
-        assert_eq!(step["own"], 7.0);
-        assert!(collector.take_step(None).unwrap().is_empty());
     }
 }

@@ -8,7 +8,9 @@
 mod builder;
 pub mod checkpoint;
 pub(crate) mod ckpt_path;
+pub mod collector;
 pub mod data;
+mod evaluate;
 pub mod hparams;
 pub mod log;
 pub(crate) mod loops;
@@ -28,8 +30,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use anyhow::Context;
-use burn::data::dataloader::batcher::Batcher;
-use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
@@ -48,14 +48,10 @@ use crate::plugins::shard::Shard;
 use crate::plugins::strategy::Strategy;
 use crate::stage::Stage;
 pub use builder::{Plugin, TrainerBuilder};
-use checkpoint::Checkpoint;
 use data::{DataModule, FromDataModule, Loader};
-use loops::evaluation::EvaluationLoop;
 use loops::fit::FitLoop;
-use loops::prediction::PredictionLoop;
-use loops::schedule::{self, FitSchedule};
-use module::{BatcherFor, LightningModule, TrainingModule};
-use serde::de::DeserializeOwned;
+use loops::schedule::FitSchedule;
+use module::{BatcherFor, TrainingModule};
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
@@ -302,7 +298,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.loggers.as_ref().and_then(Loggers::log_dir)
     }
 
-    /// Trains `model` on `data`'s train loader, validating on its val loader as configured.
+    /// Trains `model` on `data`'s train loader, validating on its val loaders as configured.
     pub fn fit<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<FitOutcome<M>>
     where
         M: TrainingModule<B>,
@@ -323,21 +319,17 @@ impl<B: AutodiffBackend> Trainer<B> {
             .checked("train")?;
         let shard = self.shard();
         let train = train.sharded(shard);
-        let val = data.val_loader().map(|v| v.checked("val")).transpose()?;
-        let val = val.map(|v| v.sharded(shard));
+        let val = Loader::checked_all(data.val_loaders(), "val", shard)?;
         let resume_from = self.ckpt_path()?;
         // A flag that does not fit the data is refused before anything is written.
-        let schedule = FitSchedule::new(
-            &self.options,
-            train.num_batches(),
-            val.as_ref().map(Loader::num_batches),
-        )?;
+        let val_batches: Vec<usize> = val.iter().map(Loader::num_batches).collect();
+        let schedule = FitSchedule::new(&self.options, train.num_batches(), &val_batches)?;
         let mut run = self.start(Stage::Fit)?;
         if self.options.enable_model_summary && self.is_global_zero() {
             eprintln!("{}", summary::summarize(&model));
         }
         let result = FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())
-            .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, val.as_ref())));
+            .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, &val)));
         let out = self.finish(run, result)?;
         self.write_curves();
         Ok(out)
@@ -356,135 +348,5 @@ impl<B: AutodiffBackend> Trainer<B> {
         {
             eprintln!("warning: no {}: {e:#}", crate::loggers::curves::CURVES_FILE);
         }
-    }
-
-    /// One validation pass over `data`'s val loader; returns the epoch metrics.
-    pub fn validate<M, D>(
-        &mut self,
-        model: M,
-        data: &mut D,
-    ) -> anyhow::Result<BTreeMap<String, f64>>
-    where
-        M: LightningModule<Inner<B>>,
-        D: DataModule,
-        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
-    {
-        self.evaluate(Stage::Validate, model, data)
-    }
-
-    /// One test pass over `data`'s test loader; returns the epoch metrics.
-    pub fn test<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<BTreeMap<String, f64>>
-    where
-        M: LightningModule<Inner<B>>,
-        D: DataModule,
-        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
-    {
-        self.evaluate(Stage::Test, model, data)
-    }
-
-    /// Predictions for every batch of `data`'s predict loader, in order, each read as `T`
-    /// (the type `predict_step` gave [`Prediction::of`](module::Prediction::of), or
-    /// `serde_json::Value`). With several processes each predicts a contiguous share of the
-    /// batches and rank 0 returns them all, in order (the other ranks return none).
-    pub fn predict<M, D, T>(&mut self, model: M, data: &mut D) -> anyhow::Result<Vec<T>>
-    where
-        M: LightningModule<Inner<B>>,
-        T: DeserializeOwned,
-        D: DataModule,
-        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
-    {
-        weights::materialize(&model);
-        data.setup(Stage::Predict)?;
-        let loader = data
-            .predict_loader()
-            .context("predict needs data: DataModule::predict_loader returned None")?
-            .checked("predict")?;
-        let model = self.load_weights(model)?;
-        let mut run = self.start(Stage::Predict)?;
-        let batches = schedule::eval_batches(
-            &self.options,
-            self.options.limit_predict_batches,
-            loader.num_batches(),
-        );
-        let result = PredictionLoop { batches }.run(
-            self,
-            &mut run,
-            &model,
-            (&loader, &D::Batcher::from_data_module(data)),
-        );
-        let values = self.finish(run, result)?;
-        values
-            .into_iter()
-            .enumerate()
-            .map(|(i, value)| {
-                serde_json::from_value(value).with_context(|| {
-                    format!(
-                        "the prediction of batch {i} is not a {}",
-                        std::any::type_name::<T>()
-                    )
-                })
-            })
-            .collect()
-    }
-
-    fn evaluate<M, D>(
-        &mut self,
-        stage: Stage,
-        model: M,
-        data: &mut D,
-    ) -> anyhow::Result<BTreeMap<String, f64>>
-    where
-        M: LightningModule<Inner<B>>,
-        D: DataModule,
-        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
-    {
-        weights::materialize(&model);
-        data.setup(stage)?;
-        let (loader, limit) = match stage {
-            Stage::Test => (data.test_loader(), self.options.limit_test_batches),
-            _ => (data.val_loader(), self.options.limit_val_batches),
-        };
-        let which = if stage == Stage::Test { "test" } else { "val" };
-        let loader = loader
-            .with_context(|| {
-                format!(
-                    "{} needs data: DataModule::{which}_loader returned None",
-                    stage.name()
-                )
-            })?
-            .checked(which)?
-            .sharded(self.shard());
-        let model = self.load_weights(model)?;
-        let mut run = self.start(stage)?;
-        let result = (|| {
-            let batches = schedule::eval_batches(&self.options, limit, loader.num_batches());
-            run.state.num_eval_batches = batches;
-            run.hook(None, |c, x| match stage {
-                Stage::Test => c.on_test_start(x),
-                _ => c.on_validation_start(x),
-            })?;
-            let pass = EvaluationLoop { stage, batches };
-            let metrics = pass.run(
-                self,
-                &mut run,
-                &model,
-                (&loader, &D::Batcher::from_data_module(data)),
-            )?;
-            run.publish(&metrics, true)?;
-            run.hook(None, |c, x| match stage {
-                Stage::Test => c.on_test_end(x),
-                _ => c.on_validation_end(x),
-            })?;
-            Ok(metrics)
-        })();
-        self.finish(run, result)
-    }
-
-    fn load_weights<M: Module<Inner<B>>>(&self, model: M) -> anyhow::Result<M> {
-        let Some(path) = self.ckpt_path()? else {
-            return Ok(model);
-        };
-        let bytes = self.checkpoint_io().load(&path)?;
-        Checkpoint::decode(&bytes, &path)?.load_model::<Inner<B>, M>(model, &path)
     }
 }

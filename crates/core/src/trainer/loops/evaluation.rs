@@ -9,30 +9,33 @@ use burn::tensor::backend::AutodiffBackend;
 
 use crate::plugins::dtype;
 use crate::stage::Stage;
+use crate::trainer::collector::MetricCollector;
 use crate::trainer::data::Loader;
-use crate::trainer::log::{MetricCollector, StepLog};
+use crate::trainer::log::StepLog;
 use crate::trainer::module::{LightningModule, MissingStep};
 use crate::trainer::run::Run;
 use crate::trainer::{Inner, Trainer};
 
-/// A pass of `batches` batches of a validation (or sanity check) or test loader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A pass over every loader of a validation (or sanity check) or test stage, one after the
+/// other, each for its own number of batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvaluationLoop {
     /// [`Stage::Test`] runs `test_step` and the test hooks; any other stage validates.
     pub stage: Stage,
-    /// Batches to run.
-    pub batches: usize,
+    /// Batches to run of each loader, in `dataloader_idx` order.
+    pub batches: Vec<usize>,
 }
 
 impl EvaluationLoop {
     /// Runs the pass on `model`; returns its epoch metrics (reduced over the ranks), or
-    /// [`MissingStep`] at the first batch where the model has no step for this stage.
+    /// [`MissingStep`] at the first batch where the model has no step for this stage. With
+    /// several loaders, what a step logs is named after its loader (`/dataloader_idx_N`).
     pub fn run<B, E, I, Bt>(
-        self,
+        &self,
         trainer: &Trainer<B>,
         run: &mut Run,
         model: &E,
-        (loader, batcher): (&Loader<I>, &Bt),
+        (loaders, batcher): (&[Loader<I>], &Bt),
     ) -> anyhow::Result<BTreeMap<String, f64>>
     where
         B: AutodiffBackend,
@@ -42,30 +45,31 @@ impl EvaluationLoop {
         let test = self.stage == Stage::Test;
         let mut collector = MetricCollector::default();
         let mut log = StepLog::new(self.stage);
-        for (i, indices) in loader
-            .batch_indices(trainer.seed, 0)
-            .iter()
-            .take(self.batches)
-            .enumerate()
-        {
-            let batch = loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?;
-            if test {
-                model.test_step(batch, &mut log);
-            } else {
-                model.validation_step(batch, &mut log);
-            }
-            if let Some(step) = log.take_missing() {
-                return Err(MissingStep(step).into());
-            }
-            collector.collect(&mut log, false);
-            run.state.batch_idx = i;
-            run.hook(None, |c, x| {
+        for (index, (loader, &batches)) in loaders.iter().zip(&self.batches).enumerate() {
+            log.set_loader(index, loaders.len());
+            run.state.dataloader_idx = index;
+            run.state.num_eval_batches = batches;
+            let all = loader.batch_indices(trainer.seed, 0);
+            for (i, indices) in all.iter().take(batches).enumerate() {
+                let batch = loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?;
                 if test {
-                    c.on_test_batch_end(x)
+                    model.test_step(batch, &mut log);
                 } else {
-                    c.on_validation_batch_end(x)
+                    model.validation_step(batch, &mut log);
                 }
-            })?;
+                if let Some(step) = log.take_missing() {
+                    return Err(MissingStep(step).into());
+                }
+                collector.collect(&mut log, false);
+                run.state.batch_idx = i;
+                run.hook(None, |c, x| {
+                    if test {
+                        c.on_test_batch_end(x)
+                    } else {
+                        c.on_validation_batch_end(x)
+                    }
+                })?;
+            }
         }
         collector.take_epoch(trainer.ranks())
     }

@@ -23,9 +23,9 @@ use crate::plugins::strategy::Strategy;
 use crate::plugins::weights::{ModelWeights, Weights};
 use crate::stage::Stage;
 use crate::trainer::checkpoint::Checkpoint;
+use crate::trainer::collector::MetricCollector;
 use crate::trainer::data::Loader;
 use crate::trainer::hparams::Hparams;
-use crate::trainer::log::MetricCollector;
 use crate::trainer::module::{
     BatcherFor, EvalBatch, MissingStep, Optimizers, SchedulerInterval, TrainingModule,
 };
@@ -252,7 +252,7 @@ where
     pub(in crate::trainer) fn run<I, Bt>(
         mut self,
         batcher: &Bt,
-        (train, val): (&Loader<I>, Option<&Loader<I>>),
+        (train, val): (&Loader<I>, &[Loader<I>]),
     ) -> anyhow::Result<FitOutcome<M>>
     where
         Bt: BatcherFor<B, I, M>,
@@ -272,9 +272,10 @@ where
             self.gather = Some(StateGather::new(collective, order));
         }
         self.fit_hook(|c, x| c.on_fit_start(x))?;
-        if let Some(val) = val.filter(|_| self.schedule.sanity_batches > 0) {
+        if self.schedule.sanity_batches.iter().any(|&b| b > 0) {
             self.run.state.sanity_checking = true;
-            self.validate(val, batcher, self.schedule.sanity_batches, false)?;
+            let batches = self.schedule.sanity_batches.clone();
+            self.validate(val, batcher, batches, false)?;
             self.run.state.sanity_checking = false;
         }
         let nothing = self.schedule.nothing_to_train(self.run.state.global_step);
@@ -308,16 +309,17 @@ where
         })
     }
 
-    /// A validation pass of `batches` batches on the model in its compute types. Within
+    /// A validation pass of `batches` batches of each val loader on the model in its compute
+    /// types. Within
     /// training (`publish`), its metrics are published and `on_validation_end` gets a
     /// checkpoint saver; the sanity check publishes nothing. A model without
     /// `validation_step` is warned about once and not validated again (Lightning skips the
     /// val loop then).
     pub(super) fn validate<I, Bt>(
         &mut self,
-        val: &Loader<I>,
+        val: &[Loader<I>],
         batcher: &Bt,
-        batches: usize,
+        batches: Vec<usize>,
         publish: bool,
     ) -> anyhow::Result<()>
     where
@@ -326,7 +328,8 @@ where
         if self.no_validation_step {
             return Ok(());
         }
-        self.run.state.num_eval_batches = batches;
+        self.run.state.num_eval_batches = batches.first().copied().unwrap_or(0);
+        self.run.state.dataloader_idx = 0;
         self.run.hook(None, |c, x| c.on_validation_start(x))?;
         let model = self.trainer.eval_model(&self.opt.model);
         let pass = EvaluationLoop {

@@ -18,10 +18,10 @@ pub fn eval_batches(options: &TrainerOptions, limit: Limit, available: usize) ->
 pub struct FitSchedule {
     /// Training batches per epoch.
     pub train_batches: usize,
-    /// Batches per validation pass (0: no validation).
-    pub val_batches: usize,
-    /// Validation batches before training.
-    pub sanity_batches: usize,
+    /// Batches per validation pass of each val loader (none, or all 0: no validation).
+    pub val_batches: Vec<usize>,
+    /// Validation batches before training, of each val loader.
+    pub sanity_batches: Vec<usize>,
     /// Train on the loader's order (`overfit_batches`).
     pub unshuffled: bool,
     /// Batches whose gradients are summed per optimizer step.
@@ -38,13 +38,14 @@ pub struct FitSchedule {
 }
 
 impl FitSchedule {
-    /// The schedule for a loader of `train_available` batches and, when there is validation
-    /// data, one of `val_available`. Refuses (naming the flag) a `val_check_interval` longer
-    /// than an epoch while validation also counts epochs.
+    /// The schedule for a loader of `train_available` batches and val loaders of
+    /// `val_available` batches each (limits apply to each loader, as in Lightning). Refuses
+    /// (naming the flag) a `val_check_interval` longer than an epoch while validation also
+    /// counts epochs.
     pub fn new(
         o: &TrainerOptions,
         train_available: usize,
-        val_available: Option<usize>,
+        val_available: &[usize],
     ) -> Result<Self, FlagError> {
         let fast = o.fast_dev_run;
         let overfit = o.overfit_batches.of(train_available);
@@ -55,18 +56,20 @@ impl FitSchedule {
         } else {
             o.limit_train_batches.of(train_available)
         };
-        let val_batches = match val_available {
-            None => 0,
-            Some(v) if fast > 0 => Limit::Batches(fast).of(v),
-            Some(v) if overfit > 0 => overfit.min(v),
-            Some(v) => o.limit_val_batches.of(v),
-        };
+        let val_batches: Vec<usize> = (val_available.iter())
+            .map(|&v| match v {
+                v if fast > 0 => Limit::Batches(fast).of(v),
+                v if overfit > 0 => overfit.min(v),
+                v => o.limit_val_batches.of(v),
+            })
+            .collect();
+        let validates = val_batches.iter().any(|&b| b > 0);
         let val_every = match o.val_check_interval {
             Limit::Fraction(f) => ((train_batches as f64 * f).floor() as usize).max(1),
             Limit::Batches(b) => usize::try_from(b).unwrap_or(usize::MAX),
         };
         let epoch_checks = o.check_val_every_n_epoch.is_some();
-        if epoch_checks && val_batches > 0 && train_batches > 0 && val_every > train_batches {
+        if epoch_checks && validates && train_batches > 0 && val_every > train_batches {
             return Err(FlagError::new(
                 "--trainer.val_check_interval",
                 val_every.to_string(),
@@ -75,11 +78,13 @@ impl FitSchedule {
                 ),
             ));
         }
-        let sanity_batches = match o.num_sanity_val_steps {
-            _ if fast > 0 => 0,
-            Some(s) => usize::try_from(s).unwrap_or(usize::MAX).min(val_batches),
-            None => val_batches,
-        };
+        let sanity_batches = (val_batches.iter())
+            .map(|&val| match o.num_sanity_val_steps {
+                _ if fast > 0 => 0,
+                Some(s) => usize::try_from(s).unwrap_or(usize::MAX).min(val),
+                None => val,
+            })
+            .collect();
         Ok(Self {
             train_batches,
             val_batches,
@@ -122,7 +127,7 @@ impl FitSchedule {
     /// `check_val_every_n_epoch` null, training batches are counted across epochs).
     pub fn validates_after(&self, epoch: u64, batch_idx: usize) -> bool {
         let batches_seen = epoch * self.train_batches as u64 + batch_idx as u64 + 1;
-        self.val_batches > 0
+        self.val_batches.iter().any(|&b| b > 0)
             && match self.check_val_every_n_epoch {
                 Some(n) => {
                     (epoch + 1).is_multiple_of(n) && (batch_idx + 1).is_multiple_of(self.val_every)
@@ -156,7 +161,7 @@ impl FitSchedule {
 mod tests {
     use super::*;
 
-    fn schedule(o: TrainerOptions, train: usize, val: Option<usize>) -> FitSchedule {
+    fn schedule(o: TrainerOptions, train: usize, val: &[usize]) -> FitSchedule {
         FitSchedule::new(&o, train, val).unwrap()
     }
 
@@ -166,23 +171,47 @@ mod tests {
             fast_dev_run: 3,
             ..TrainerOptions::default()
         };
-        let s = schedule(fast, 10, Some(5));
+        let s = schedule(fast, 10, &[5, 1]);
         assert_eq!(
             (s.train_batches, s.val_batches, s.sanity_batches),
-            (3, 3, 0)
+            (3, vec![3, 1], vec![0, 0])
         );
         assert_eq!(s.max_steps, Some(3));
         let overfit = TrainerOptions {
             overfit_batches: Limit::Batches(4),
             ..TrainerOptions::default()
         };
-        let s = schedule(overfit, 10, Some(2));
-        assert_eq!((s.train_batches, s.val_batches, s.unshuffled), (4, 2, true));
-        let s = schedule(TrainerOptions::default(), 10, None);
+        let s = schedule(overfit, 10, &[2]);
+        assert_eq!(
+            (s.train_batches, s.val_batches, s.unshuffled),
+            (4, vec![2], true)
+        );
+        let s = schedule(TrainerOptions::default(), 10, &[]);
         assert_eq!(
             (s.train_batches, s.val_batches, s.sanity_batches),
-            (10, 0, 0)
+            (10, vec![], vec![])
         );
+    }
+
+    /// Lightning applies `limit_val_batches` and `num_sanity_val_steps` to each val loader
+    /// (`_EvaluationLoop.max_batches` is a list; `_run_sanity_check` takes the minimum per
+    /// loader).
+    #[test]
+    fn limits_and_the_sanity_check_apply_to_each_val_loader() {
+        let o = TrainerOptions {
+            limit_val_batches: Limit::Batches(3),
+            num_sanity_val_steps: Some(2),
+            ..TrainerOptions::default()
+        };
+        let s = schedule(o, 10, &[5, 1, 0]);
+        assert_eq!(s.val_batches, [3, 1, 0]);
+        assert_eq!(s.sanity_batches, [2, 1, 0]);
+        assert!(s.validates_after(0, 9));
+        let none = TrainerOptions {
+            limit_val_batches: Limit::Batches(0),
+            ..TrainerOptions::default()
+        };
+        assert!(!schedule(none, 10, &[5, 1]).validates_after(0, 9));
     }
 
     #[test]
@@ -191,7 +220,7 @@ mod tests {
             accumulate_grad_batches: 3,
             ..TrainerOptions::default()
         };
-        let s = schedule(o, 7, None);
+        let s = schedule(o, 7, &[]);
         let steps: Vec<usize> = (0..7).filter(|&i| s.steps_after(i)).collect();
         assert_eq!(steps, [2, 5, 6]);
         assert!(s.logs_after(true, 50) && !s.logs_after(true, 49) && !s.logs_after(false, 50));
@@ -204,7 +233,7 @@ mod tests {
             check_val_every_n_epoch: Some(2),
             ..TrainerOptions::default()
         };
-        let s = schedule(o, 10, Some(3));
+        let s = schedule(o, 10, &[3]);
         let when: Vec<(u64, usize)> = (0..2)
             .flat_map(|e| (0..10).map(move |b| (e, b)))
             .filter(|&(e, b)| s.validates_after(e, b))
@@ -215,14 +244,14 @@ mod tests {
             check_val_every_n_epoch: None,
             ..TrainerOptions::default()
         };
-        let s = schedule(across, 10, Some(3));
+        let s = schedule(across, 10, &[3]);
         // Batch 4 of epoch 1 is the 15th training batch, batch 5 the 16th.
         assert!(s.validates_after(1, 4) && !s.validates_after(1, 5));
         let too_long = TrainerOptions {
             val_check_interval: Limit::Batches(15),
             ..TrainerOptions::default()
         };
-        let e = FitSchedule::new(&too_long, 10, Some(3)).unwrap_err();
+        let e = FitSchedule::new(&too_long, 10, &[3]).unwrap_err();
         assert_eq!(
             (e.flag.as_str(), e.value.as_str()),
             ("--trainer.val_check_interval", "15")
@@ -236,7 +265,7 @@ mod tests {
             min_epochs: 2,
             ..TrainerOptions::default()
         };
-        let s = schedule(o, 10, None);
+        let s = schedule(o, 10, &[]);
         assert!(s.stops(5, false, 0));
         assert!(!s.stops(4, true, 1) && s.stops(4, true, 2));
         assert_eq!(s.resume_at(3, 10), (4, 0));

@@ -28,7 +28,7 @@ where
     pub(super) fn run_epoch<I, Bt>(
         mut self,
         train: &Loader<I>,
-        val: Option<&Loader<I>>,
+        val: &[Loader<I>],
         batcher: &Bt,
     ) -> anyhow::Result<(Self, bool)>
     where
@@ -56,8 +56,9 @@ where
             let batch = train.batch::<B, _>(batcher, indices, &self.trainer.device)?;
             self = self.train_batch(batch_idx, batch)?;
             self.fit_hook(|c, x| c.on_train_batch_end(x))?;
-            if let Some(val) = val.filter(|_| self.schedule.validates_after(epoch, batch_idx)) {
-                self.validate(val, batcher, self.schedule.val_batches, true)?;
+            if self.schedule.validates_after(epoch, batch_idx) {
+                let batches = self.schedule.val_batches.clone();
+                self.validate(val, batcher, batches, true)?;
             }
             let (signal, should_stop) =
                 self.agree_on_stop(self.signals.received(), self.run.state.should_stop)?;

@@ -1,0 +1,173 @@
+//! The Trainer's evaluation entry points: `validate`, `test` and `predict`, over every loader
+//! the data module gives for the stage.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use burn::data::dataloader::batcher::Batcher;
+use burn::module::Module;
+use burn::tensor::backend::AutodiffBackend;
+use serde::de::DeserializeOwned;
+
+use super::checkpoint::Checkpoint;
+use super::data::{DataModule, FromDataModule, Loader};
+use super::loops::evaluation::EvaluationLoop;
+use super::loops::prediction::PredictionLoop;
+use super::loops::schedule;
+use super::module::LightningModule;
+use super::{Inner, Trainer, weights};
+use crate::plugins::shard::Shard;
+use crate::stage::Stage;
+
+impl<B: AutodiffBackend> Trainer<B> {
+    /// One validation pass over `data`'s val loaders; returns the epoch metrics (with several
+    /// loaders, named `NAME/dataloader_idx_N`).
+    pub fn validate<M, D>(
+        &mut self,
+        model: M,
+        data: &mut D,
+    ) -> anyhow::Result<BTreeMap<String, f64>>
+    where
+        M: LightningModule<Inner<B>>,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        self.evaluate(Stage::Validate, model, data)
+    }
+
+    /// One test pass over `data`'s test loaders; returns the epoch metrics, named as
+    /// [`validate`](Self::validate) names them.
+    pub fn test<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<BTreeMap<String, f64>>
+    where
+        M: LightningModule<Inner<B>>,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        self.evaluate(Stage::Test, model, data)
+    }
+
+    /// Predictions for every batch of `data`'s predict loader, in order, each read as `T`
+    /// (the type `predict_step` gave [`Prediction::of`](super::module::Prediction::of), or
+    /// `serde_json::Value`). With several processes each predicts a contiguous share of the
+    /// batches and rank 0 returns them all, in order (the other ranks return none). A data
+    /// module with several predict loaders is predicted by [`predict_each`](Self::predict_each).
+    pub fn predict<M, D, T>(&mut self, model: M, data: &mut D) -> anyhow::Result<Vec<T>>
+    where
+        M: LightningModule<Inner<B>>,
+        T: DeserializeOwned,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        let loaders = data.predict_loaders().len();
+        anyhow::ensure!(
+            loaders <= 1,
+            "the data module has {loaders} predict loaders: Trainer::predict_each returns one list per loader"
+        );
+        Ok(self.predict_each(model, data)?.pop().unwrap_or_default())
+    }
+
+    /// Predictions for every batch of each of `data`'s predict loaders, one list per loader in
+    /// `dataloader_idx` order (Lightning's list of lists), as [`predict`](Self::predict) makes
+    /// them.
+    pub fn predict_each<M, D, T>(&mut self, model: M, data: &mut D) -> anyhow::Result<Vec<Vec<T>>>
+    where
+        M: LightningModule<Inner<B>>,
+        T: DeserializeOwned,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        weights::materialize(&model);
+        data.setup(Stage::Predict)?;
+        let loaders = Loader::checked_all(data.predict_loaders(), "predict", Shard::WHOLE)?;
+        anyhow::ensure!(
+            !loaders.is_empty(),
+            "predict needs data: DataModule::predict_loader returned None"
+        );
+        let model = self.load_weights(model)?;
+        let mut run = self.start(Stage::Predict)?;
+        let batcher = D::Batcher::from_data_module(data);
+        let result = (loaders.iter().enumerate())
+            .map(|(index, loader)| {
+                let limit = self.options.limit_predict_batches;
+                let batches = schedule::eval_batches(&self.options, limit, loader.num_batches());
+                run.state.dataloader_idx = index;
+                PredictionLoop { batches }.run(self, &mut run, &model, (loader, &batcher))
+            })
+            .collect::<anyhow::Result<Vec<_>>>();
+        let loaders = self.finish(run, result)?;
+        (loaders.into_iter().enumerate())
+            .map(|(index, values)| {
+                (values.into_iter().enumerate())
+                    .map(|(i, value)| {
+                        serde_json::from_value(value).with_context(|| {
+                            format!(
+                                "the prediction of batch {i} of predict loader {index} is not a {}",
+                                std::any::type_name::<T>()
+                            )
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn evaluate<M, D>(
+        &mut self,
+        stage: Stage,
+        model: M,
+        data: &mut D,
+    ) -> anyhow::Result<BTreeMap<String, f64>>
+    where
+        M: LightningModule<Inner<B>>,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
+        weights::materialize(&model);
+        data.setup(stage)?;
+        let (loaders, limit) = match stage {
+            Stage::Test => (data.test_loaders(), self.options.limit_test_batches),
+            _ => (data.val_loaders(), self.options.limit_val_batches),
+        };
+        let which = if stage == Stage::Test { "test" } else { "val" };
+        anyhow::ensure!(
+            !loaders.is_empty(),
+            "{} needs data: DataModule::{which}_loader returned None",
+            stage.name()
+        );
+        let loaders = Loader::checked_all(loaders, which, self.shard())?;
+        let model = self.load_weights(model)?;
+        let mut run = self.start(stage)?;
+        let result = (|| {
+            let batches: Vec<usize> = (loaders.iter())
+                .map(|loader| schedule::eval_batches(&self.options, limit, loader.num_batches()))
+                .collect();
+            run.state.num_eval_batches = batches.first().copied().unwrap_or(0);
+            run.hook(None, |c, x| match stage {
+                Stage::Test => c.on_test_start(x),
+                _ => c.on_validation_start(x),
+            })?;
+            let pass = EvaluationLoop { stage, batches };
+            let metrics = pass.run(
+                self,
+                &mut run,
+                &model,
+                (&loaders, &D::Batcher::from_data_module(data)),
+            )?;
+            run.publish(&metrics, true)?;
+            run.hook(None, |c, x| match stage {
+                Stage::Test => c.on_test_end(x),
+                _ => c.on_validation_end(x),
+            })?;
+            Ok(metrics)
+        })();
+        self.finish(run, result)
+    }
+
+    fn load_weights<M: Module<Inner<B>>>(&self, model: M) -> anyhow::Result<M> {
+        let Some(path) = self.ckpt_path()? else {
+            return Ok(model);
+        };
+        let bytes = self.checkpoint_io().load(&path)?;
+        Checkpoint::decode(&bytes, &path)?.load_model::<Inner<B>, M>(model, &path)
+    }
+}
