@@ -32,25 +32,26 @@ fn counts_per_top_level_module_with_frozen_parameters_apart() {
         ],
     };
     let summary = summarize(&net);
-    let row = |name: &str, kind: &str, params| SummaryRow {
+    let row = |name: &str, kind: &str, params, frozen| SummaryRow {
         name: name.into(),
         kind: kind.into(),
         params,
+        frozen,
     };
     assert_eq!(
         summary.rows,
         [
-            row("embed", "Embedding", 800),
-            row("head", "Linear", 36),
-            row("layers", "Vec", 40)
+            row("embed", "Embedding", 800, 800),
+            row("head", "Linear", 36, 0),
+            row("layers", "Vec", 40, 0)
         ]
     );
     assert_eq!((summary.trainable, summary.frozen), (76, 800));
     assert_eq!(summary.bytes, 876 * 4, "f32 parameters");
     let text = summary.to_string();
     for expected in [
-        "0 | embed  | Embedding | 800",
-        "2 | layers | Vec       | 40",
+        "0 | embed  | Embedding | 800    | 800",
+        "2 | layers | Vec       | 40     | 0",
         "76        Trainable params",
         "800       Non-trainable params",
         "876       Total params",

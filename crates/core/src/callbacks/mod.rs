@@ -8,6 +8,7 @@
 
 mod device_stats;
 mod early_stopping;
+mod finetuning;
 mod lr_monitor;
 mod model_checkpoint;
 mod progress;
@@ -20,6 +21,7 @@ use serde_json::Value;
 
 pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingConfig};
+pub use finetuning::{BackboneFinetuning, BackboneFinetuningConfig, Freeze};
 pub use lr_monitor::LearningRateMonitor;
 pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointConfig};
 pub use progress::ProgressBar;
@@ -96,6 +98,15 @@ pub struct TrainerState {
     pub log_every_n_steps: u64,
     /// Whether this is a fast dev run (no checkpoints, no logs).
     pub fast_dev_run: bool,
+    /// Module paths (`backbone`, `encoder.layers.0`) whose float parameters take no gradients:
+    /// a callback (BackboneFinetuning) edits it in `on_fit_start` and `on_train_epoch_start`,
+    /// and `fit` freezes or unfreezes the model after those hooks. A module it does not name
+    /// keeps what the model has.
+    pub frozen_modules: BTreeMap<String, Freeze>,
+    /// Learning-rate shares by module path: the optimizer steps those parameters at `share ×`
+    /// the scheduler's rate, in a step of their own (burn's optimizers keep their state per
+    /// parameter, so that is exactly a parameter group's rate).
+    pub lr_factors: BTreeMap<String, f64>,
 }
 
 impl TrainerState {
@@ -284,6 +295,7 @@ pub fn from_spec(
     Ok(match spec.known_name() {
         Some("ModelCheckpoint") => Box::new(ModelCheckpoint::new(init_args(spec)?)),
         Some("EarlyStopping") => Box::new(EarlyStopping::new(init_args(spec)?)?),
+        Some("BackboneFinetuning") => Box::new(BackboneFinetuning::new(init_args(spec)?)?),
         Some("LearningRateMonitor") => Box::new(LearningRateMonitor::new(init_args(spec)?)),
         Some("DeviceStatsMonitor") => Box::new(DeviceStatsMonitor::new(init_args(spec)?)),
         Some("ProgressBar") => Box::new(ProgressBar::new(init_args(spec)?)),

@@ -1,6 +1,7 @@
 //! The model summary printed when `fit` starts (`--trainer.enable_model_summary`), as
 //! Lightning's `ModelSummary` callback prints one: each top-level module's name, type and
-//! parameter count, then trainable, frozen and total counts and the parameters' size.
+//! parameter count (and how many of them are frozen, when some are), then trainable, frozen
+//! and total counts and the parameters' size.
 
 use std::fmt;
 
@@ -17,6 +18,8 @@ pub struct SummaryRow {
     pub kind: String,
     /// Parameter elements inside it.
     pub params: usize,
+    /// Of those, the elements that take no gradient (frozen floats, ints, bools).
+    pub frozen: usize,
 }
 
 /// What [`summarize`] found.
@@ -59,6 +62,9 @@ impl Counter {
             && let Some(row) = self.summary.rows.last_mut()
         {
             row.params += elements;
+            if !trainable {
+                row.frozen += elements;
+            }
         }
     }
 }
@@ -72,6 +78,7 @@ impl<B: Backend> ModuleVisitor<B> for Counter {
                 name: name.to_owned(),
                 kind: String::new(),
                 params: 0,
+                frozen: 0,
             }),
             1 => {
                 if let Some(row) = self.summary.rows.last_mut().filter(|r| r.kind.is_empty()) {
@@ -130,21 +137,34 @@ impl fmt::Display for ModelSummary {
         let name_w = widest("Name", &mut self.rows.iter().map(|r| r.name.len()));
         let kind_w = widest("Type", &mut self.rows.iter().map(|r| r.kind.len()));
         let index_w = self.rows.len().saturating_sub(1).to_string().len();
-        let header = format!(
-            "{:index_w$} | {:name_w$} | {:kind_w$} | Params",
-            "", "Name", "Type"
+        // A column of frozen counts when some module holds frozen parameters.
+        let frozen = self.rows.iter().any(|r| r.frozen > 0);
+        let params_w = widest(
+            "Params",
+            &mut self.rows.iter().map(|r| readable(r.params).len()),
         );
+        let mut header = format!(
+            "{:index_w$} | {:name_w$} | {:kind_w$} | {:params_w$}",
+            "", "Name", "Type", "Params"
+        );
+        if frozen {
+            header.push_str(" | Frozen");
+        }
+        let header = header.trim_end().to_owned();
         let rule = "-".repeat(header.len() + 2);
         writeln!(f, "{header}")?;
         writeln!(f, "{rule}")?;
         for (i, row) in self.rows.iter().enumerate() {
-            writeln!(
-                f,
-                "{i:index_w$} | {:name_w$} | {:kind_w$} | {}",
+            let mut line = format!(
+                "{i:index_w$} | {:name_w$} | {:kind_w$} | {:params_w$}",
                 row.name,
                 row.kind,
                 readable(row.params)
-            )?;
+            );
+            if frozen {
+                line.push_str(&format!(" | {}", readable(row.frozen)));
+            }
+            writeln!(f, "{}", line.trim_end())?;
         }
         writeln!(f, "{rule}")?;
         writeln!(f, "{:<10}Trainable params", readable(self.trainable))?;

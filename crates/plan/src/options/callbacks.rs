@@ -16,7 +16,7 @@ pub struct CallbackSpec {
 }
 
 /// The callbacks config can name, with what each does (ember-core builds them).
-pub const CALLBACK_NAMES: [(&str, &str); 5] = [
+pub const CALLBACK_NAMES: [(&str, &str); 6] = [
     (
         "ModelCheckpoint",
         "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename)",
@@ -24,6 +24,10 @@ pub const CALLBACK_NAMES: [(&str, &str); 5] = [
     (
         "EarlyStopping",
         "stop when a metric stops improving (monitor, mode, patience, min_delta, check_finite)",
+    ),
+    (
+        "BackboneFinetuning",
+        "freeze the model's backbone, then train it at a rising share of the rate (backbone, unfreeze_backbone_at_epoch, multiplier, backbone_initial_ratio_lr, should_align, train_bn)",
     ),
     (
         "LearningRateMonitor",

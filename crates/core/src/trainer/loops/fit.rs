@@ -2,6 +2,7 @@
 //! epochs of the training epoch loop until a limit or a stop, and tears the strategy down.
 //! Its state lives in [`FitLoop`]; one epoch is in `training_epoch.rs`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
@@ -15,7 +16,8 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::evaluation::EvaluationLoop;
 use super::schedule::FitSchedule;
-use crate::callbacks::{self, Callback, CallbackContext};
+use crate::callbacks::{self, Callback, CallbackContext, Freeze};
+use crate::finetune;
 use crate::optim::{self, ExactState};
 use crate::plugins::dtype;
 use crate::plugins::precision::PrecisionPlugin;
@@ -85,6 +87,11 @@ pub(in crate::trainer) struct FitLoop<'t, B: AutodiffBackend, M: TrainingModule<
     pub(super) no_validation_step: bool,
     /// Where the strategy shards the optimizer's state: how checkpoints gather it.
     pub(super) gather: Option<StateGather>,
+    /// The modules frozen on callbacks' request ([`TrainerState::frozen_modules`] as last
+    /// applied).
+    ///
+    /// [`TrainerState::frozen_modules`]: crate::callbacks::TrainerState::frozen_modules
+    frozen: BTreeMap<String, (Freeze, finetune::Frozen)>,
 }
 
 impl<'t, B, M> FitLoop<'t, B, M>
@@ -136,6 +143,7 @@ where
             signals: StopSignals::install()?,
             no_validation_step: false,
             gather: None,
+            frozen: BTreeMap::new(),
         })
     }
 
@@ -272,6 +280,7 @@ where
             self.gather = Some(StateGather::new(collective, order));
         }
         self.fit_hook(|c, x| c.on_fit_start(x))?;
+        self.apply_finetuning()?;
         if self.schedule.sanity_batches.iter().any(|&b| b > 0) {
             self.run.state.sanity_checking = true;
             let batches = self.schedule.sanity_batches.clone();
@@ -352,6 +361,40 @@ where
         } else {
             self.run.hook(None, |c, x| c.on_validation_end(x))
         }
+    }
+
+    /// Freezes and unfreezes the modules callbacks asked for since the last hook. Refused
+    /// under a strategy that shards the optimizer's state: it dealt out the trainable
+    /// parameters when `fit` started.
+    pub(super) fn apply_finetuning(&mut self) -> anyhow::Result<()> {
+        let wanted = &self.run.state.frozen_modules;
+        let applied = self.frozen.iter().map(|(path, (freeze, _))| (path, freeze));
+        if wanted.iter().eq(applied) {
+            return Ok(());
+        }
+        if self.trainer.strategy.optimizer_sharding().is_some() {
+            anyhow::bail!(
+                "strategy {} deals out the trainable parameters when fit starts, so modules cannot be frozen or unfrozen during fit ({}); use ddp",
+                self.trainer.strategy.name(),
+                crate::error::list(wanted.keys().chain(self.frozen.keys()))
+            );
+        }
+        let model = &mut self.opt.model;
+        let changed = |path: &String| self.frozen.get(path).map(|(f, _)| f) != wanted.get(path);
+        let thawed: Vec<String> = self.frozen.keys().filter(|p| changed(p)).cloned().collect();
+        for path in thawed {
+            if let Some((_, frozen)) = self.frozen.remove(&path) {
+                *model = finetune::unfreeze(model.clone(), &frozen);
+            }
+        }
+        for (path, freeze) in wanted {
+            if !self.frozen.contains_key(path) {
+                let frozen;
+                (*model, frozen) = finetune::freeze(model.clone(), path, freeze.train_bn)?;
+                self.frozen.insert(path.clone(), (*freeze, frozen));
+            }
+        }
+        Ok(())
     }
 
     /// The stop signal and early-stop decision every rank acts on: each rank's own in a

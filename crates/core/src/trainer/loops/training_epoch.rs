@@ -9,6 +9,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::fit::FitLoop;
 use crate::callbacks;
+use crate::finetune;
 use crate::plugins::access::ModelGradients;
 use crate::plugins::dtype;
 use crate::plugins::weights::ModelWeights;
@@ -44,6 +45,7 @@ where
             self.opt.lr = self.opt.scheduler.step();
         }
         self.fit_hook(|c, x| c.on_train_epoch_start(x))?;
+        self.apply_finetuning()?;
         let batches = train.batch_indices(self.trainer.seed, epoch);
         let resumed_at = std::mem::take(&mut self.position.skip);
         let mut stop = false;
@@ -188,7 +190,16 @@ where
         }
         let step = self.run.state.global_step;
         if finite {
+            let shares = &self.run.state.lr_factors;
+            let groups = match shares.is_empty() {
+                true => Vec::new(),
+                false => finetune::split_by_share::<B, M>(&self.opt.model, &mut grads, shares),
+            };
             self.opt.model = self.opt.optimizer.step(self.opt.lr, self.opt.model, grads);
+            for (share, grads) in groups {
+                let lr = self.opt.lr * share;
+                self.opt.model = self.opt.optimizer.step(lr, self.opt.model, grads);
+            }
             let mut weights = ModelWeights::<B, M>::new(&mut self.opt.model);
             self.trainer
                 .strategy
