@@ -6,6 +6,7 @@
 //! with the same name, kind and device rules; with the feature on, the real one is used.
 
 pub mod fault;
+pub mod pair;
 pub mod process;
 pub mod regression;
 pub mod resume;

@@ -60,9 +60,10 @@ pub use trainer::data::{
 };
 pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};
+pub use trainer::loops::step::ManualOptimization;
 pub use trainer::module::{
-    BatcherFor, EvalBatch, LightningModule, MissingStep, Optimizers, Prediction, SchedulerInterval,
-    TrainingModule,
+    BatcherFor, EpochEnd, EvalBatch, LightningModule, Manual, MissingStep, Optimizers, Prediction,
+    SchedulerInterval, TrainingModule,
 };
 pub use trainer::stack::Stack;
 pub use trainer::{FitOutcome, Plugin, Trainer, TrainerBuilder};

@@ -11,7 +11,8 @@ pub use crate::trainer::Trainer;
 pub use crate::trainer::data::{DataLoaders, DataModule, FromDataModule, Loader};
 pub use crate::trainer::hparams::Hparams;
 pub use crate::trainer::log::{LogOptions, StepLog};
+pub use crate::trainer::loops::step::ManualOptimization;
 pub use crate::trainer::module::{
-    LightningModule, Optimizers, Prediction, SchedulerInterval, TrainingModule,
+    EpochEnd, LightningModule, Manual, Optimizers, Prediction, SchedulerInterval, TrainingModule,
 };
 pub use crate::trainer::stack::Stack;

@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::optim::ExactState;
 use crate::trainer::hparams::Hparams;
 use crate::trainer::log::StepLog;
+use crate::trainer::loops::step::ManualOptimization;
 
 /// When the learning-rate scheduler steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,17 +31,25 @@ pub enum SchedulerInterval {
     Epoch,
 }
 
-/// What `configure_optimizers` returns: the optimizer and its learning-rate scheduler.
+/// What `configure_optimizers` returns: the optimizer and its learning-rate scheduler, more of
+/// them for manual optimization, and whether the Trainer or the model steps them.
 ///
 /// A plain `f64` is a constant learning rate (burn implements `LrScheduler` for it), and the
 /// default: `Optimizers<Self::Optimizer>`.
 pub struct Optimizers<O, S = f64> {
-    /// The optimizer, e.g. `AdamConfig::new().init()`.
+    /// The optimizer, e.g. `AdamConfig::new().init()` (index 0).
     pub optimizer: O,
     /// The scheduler that gives each step's learning rate.
     pub scheduler: S,
-    /// When the scheduler steps.
+    /// When the schedulers step.
     pub interval: SchedulerInterval,
+    /// More optimizers with their schedulers (indices 1, 2, ...), each usually over a part of
+    /// the model (a GAN's generator and discriminator); only with manual optimization, as in
+    /// Lightning 2.
+    pub more: Vec<(O, S)>,
+    /// Lightning's `automatic_optimization = False`: the Trainer calls
+    /// [`TrainingModule::manual_training_step`], which steps the optimizers itself.
+    pub manual: bool,
 }
 
 impl<O, S> Optimizers<O, S> {
@@ -50,12 +59,26 @@ impl<O, S> Optimizers<O, S> {
             optimizer,
             scheduler,
             interval: SchedulerInterval::Step,
+            more: Vec::new(),
+            manual: false,
         }
     }
 
-    /// Steps the scheduler once per epoch instead.
+    /// Steps the schedulers once per epoch instead.
     pub fn per_epoch(mut self) -> Self {
         self.interval = SchedulerInterval::Epoch;
+        self
+    }
+
+    /// Another optimizer with its scheduler: the next index.
+    pub fn and(mut self, optimizer: O, scheduler: S) -> Self {
+        self.more.push((optimizer, scheduler));
+        self
+    }
+
+    /// Manual optimization: `manual_training_step` runs each batch and steps the optimizers.
+    pub fn manual(mut self) -> Self {
+        self.manual = true;
         self
     }
 }
@@ -69,8 +92,14 @@ pub trait LightningModule<B: Backend>: Module<B> {
     /// A batch, as the data module's batcher makes it on `B`.
     type Batch;
 
-    /// The loss of one training batch. Metrics go through `log`.
-    fn training_step(&self, batch: Self::Batch, log: &mut StepLog<B>) -> Tensor<B, 1>;
+    /// The loss of one training batch. Metrics go through `log`. Required unless the model
+    /// steps its optimizers itself ([`TrainingModule::manual_training_step`]).
+    fn training_step(&self, batch: Self::Batch, log: &mut StepLog<B>) -> Tensor<B, 1> {
+        let _ = batch;
+        log.missing_step("training_step");
+        let device = self.devices().into_iter().next().unwrap_or_default();
+        Tensor::zeros([1], &device)
+    }
 
     /// Logs the metrics of one validation batch (on_epoch by default).
     fn validation_step(&self, batch: Self::Batch, log: &mut StepLog<B>) {
@@ -114,6 +143,50 @@ pub trait TrainingModule<B: AutodiffBackend>:
         &self,
         hparams: &Hparams,
     ) -> anyhow::Result<Optimizers<Self::Optimizer, Self::Scheduler>>;
+
+    /// One training batch under manual optimization ([`Optimizers::manual`], Lightning's
+    /// `automatic_optimization = False`): compute losses on `opt.compute(&model)`, take their
+    /// gradients with `opt.backward`, and step optimizer `i` with `opt.step(i, model, grads)`;
+    /// returns the model the steps made.
+    fn manual_training_step(
+        self,
+        batch: Self::Batch,
+        opt: &mut Manual<'_, B, Self>,
+        log: &mut StepLog<B>,
+    ) -> anyhow::Result<Self> {
+        let _ = (batch, opt, log);
+        Err(MissingStep("manual_training_step").into())
+    }
+
+    /// End of a training epoch, after the callbacks' `on_train_epoch_end` (Lightning's
+    /// `LightningModule.on_train_epoch_end`), on every rank: for what the model itself writes
+    /// (samples, pictures) into `end.log_dir`.
+    fn on_train_epoch_end(&self, end: &EpochEnd<'_>) -> anyhow::Result<()> {
+        let _ = end;
+        Ok(())
+    }
+}
+
+/// What `manual_training_step` steps model `M`'s optimizers with.
+pub type Manual<'a, B, M> = ManualOptimization<
+    'a,
+    B,
+    M,
+    <M as TrainingModule<B>>::Optimizer,
+    <M as TrainingModule<B>>::Scheduler,
+>;
+
+/// Where a training epoch ended, for [`TrainingModule::on_train_epoch_end`].
+#[derive(Debug, Clone, Copy)]
+pub struct EpochEnd<'a> {
+    /// The epoch that ended (0-based).
+    pub epoch: u64,
+    /// Optimizer steps taken.
+    pub global_step: u64,
+    /// This run's log directory, when it has one.
+    pub log_dir: Option<&'a std::path::Path>,
+    /// Whether this process is global rank 0 (the one that writes).
+    pub is_global_zero: bool,
 }
 
 /// The batch type of `M`'s inner module: what validation, test and predict batches are.
@@ -173,11 +246,20 @@ pub struct MissingStep(pub &'static str);
 
 impl fmt::Display for MissingStep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the model has no {0}: implement LightningModule::{0} for it",
-            self.0
-        )
+        match self.0 {
+            "manual_training_step" => write!(
+                f,
+                "the model's configure_optimizers asks for manual optimization but it has no manual_training_step: implement TrainingModule::manual_training_step for it"
+            ),
+            "training_step" => write!(
+                f,
+                "the model has no training_step: implement LightningModule::training_step for it (or TrainingModule::manual_training_step with Optimizers::manual)"
+            ),
+            step => write!(
+                f,
+                "the model has no {step}: implement LightningModule::{step} for it"
+            ),
+        }
     }
 }
 

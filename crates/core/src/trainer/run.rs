@@ -21,14 +21,15 @@ use crate::plugins::precision::PrecisionPlugin;
 use crate::stage::Stage;
 use crate::trainer::Trainer;
 use crate::trainer::checkpoint::{Checkpoint, Progress, record_bytes, weights_of};
+use crate::trainer::loops::optimization::SlotSections;
+use crate::trainer::loops::step::Slot;
 use crate::trainer::state_gather::StateGather;
 
-/// What a `fit` checkpoint holds besides the loop's state: the model, the optimizer, the
-/// scheduler and the precision plugin's state as they are now.
+/// What a `fit` checkpoint holds besides the loop's state: the model, the optimizers, their
+/// schedulers and the precision plugin's state as they are now.
 pub(super) struct FitParts<'a, B, M, O, S> {
     model: &'a M,
-    optimizer: &'a O,
-    scheduler: &'a S,
+    slots: &'a [Slot<O, S>],
     precision: &'a dyn PrecisionPlugin,
     /// Where the optimizer's state is sharded: how rank 0 gathers it.
     gather: Option<&'a StateGather>,
@@ -44,29 +45,27 @@ where
 {
     pub(super) fn new(
         model: &'a M,
-        optimizer: &'a O,
-        scheduler: &'a S,
+        slots: &'a [Slot<O, S>],
         precision: &'a dyn PrecisionPlugin,
         gather: Option<&'a StateGather>,
     ) -> Self {
         Self {
             model,
-            optimizer,
-            scheduler,
+            slots,
             precision,
             gather,
             backend: std::marker::PhantomData,
         }
     }
 
-    /// This process's optimizer state, tensors in their own dtypes; `None` for an optimizer
-    /// whose state ember does not read.
+    /// This process's state of optimizer 0 (the one a strategy may shard), tensors in their
+    /// own dtypes; `None` for an optimizer whose state ember does not read.
     fn own_state(
         &self,
         weights: &[(String, burn::module::ParamId, burn::tensor::TensorData)],
     ) -> Option<anyhow::Result<optim::OptimizerState>> {
         let dtypes = weights.iter().map(|(_, id, d)| (*id, d.dtype)).collect();
-        self.optimizer.state(&dtypes)
+        self.slots[0].optimizer.state(&dtypes)
     }
 
     /// Ends a hook (or a save on a stop signal) where the state is sharded: see
@@ -99,35 +98,42 @@ where
             seed,
         };
         let weights = weights_of::<B, M>(self.model)?;
-        // The optimizer's state as tensors in their own dtypes where ember reads it (gathered
-        // from every rank where it is sharded); burn's record (floats in the device's type on
-        // load) for other optimizers.
-        let optimizer_state = match (self.own_state(&weights), self.gather) {
-            (Some(state), Some(gather)) => Some(gather.request(state?)),
-            (None, Some(_)) => Some(unreadable()),
-            (state, None) => state,
-        };
-        let (optimizer, state_tensors) = match optimizer_state {
-            Some(optimizer_state) => {
-                let (description, tensors) = optim::split(optimizer_state?)?;
-                (("optimizer_state".to_owned(), description), tensors)
+        let dtypes = weights.iter().map(|(_, id, d)| (*id, d.dtype)).collect();
+        let mut sections = Vec::new();
+        let mut state_tensors = Vec::new();
+        for (index, slot) in self.slots.iter().enumerate() {
+            let names = SlotSections::of(index);
+            // The optimizer's state as tensors in their own dtypes where ember reads it
+            // (gathered from every rank where it is sharded); burn's record (floats in the
+            // device's type on load) for other optimizers.
+            let own = slot.optimizer.state(&dtypes);
+            let optimizer_state = match (own, self.gather) {
+                (Some(state), Some(gather)) => Some(gather.request(state?)),
+                (None, Some(_)) => Some(unreadable()),
+                (state, None) => state,
+            };
+            match optimizer_state {
+                Some(optimizer_state) => {
+                    let (description, tensors) = optim::split(optimizer_state?)?;
+                    sections.push((names.state, description));
+                    let named = tensors
+                        .into_iter()
+                        .map(|(n, t)| (format!("{}{n}", names.prefix), t));
+                    state_tensors.extend(named);
+                }
+                None => {
+                    let record = record_bytes::<B, _>(slot.optimizer.to_record())?;
+                    sections.push((names.record, record));
+                }
             }
-            None => (
-                (
-                    "optimizer".to_owned(),
-                    record_bytes::<B, _>(self.optimizer.to_record())?,
-                ),
-                Vec::new(),
-            ),
-        };
-        let mut sections = vec![
-            optimizer,
-            (
-                "scheduler".to_owned(),
-                record_bytes::<B, _>(self.scheduler.to_record::<B>())?,
-            ),
-            ("callbacks".to_owned(), serde_json::to_vec(callback_states)?),
-        ];
+            let scheduler = record_bytes::<B, _>(slot.scheduler.to_record::<B>())?;
+            sections.push((names.scheduler, scheduler));
+        }
+        if self.slots.len() > 1 {
+            let rates: Vec<f64> = self.slots.iter().map(|s| s.lr).collect();
+            sections.push((SlotSections::RATES.to_owned(), serde_json::to_vec(&rates)?));
+        }
+        sections.push(("callbacks".to_owned(), serde_json::to_vec(callback_states)?));
         if let Some(precision_state) = self.precision.state() {
             let bytes = serde_json::to_vec(&precision_state)?;
             sections.push((self.precision.state_key(), bytes));

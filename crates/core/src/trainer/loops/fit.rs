@@ -9,28 +9,22 @@ use std::time::Instant;
 
 use anyhow::Context;
 use burn::data::dataloader::batcher::Batcher;
-use burn::module::ParamId;
-use burn::optim::lr_scheduler::LrScheduler;
-use burn::optim::{GradientsAccumulator, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
 use super::evaluation::EvaluationLoop;
+use super::optimization::{Optimization, check_manual};
 use super::schedule::FitSchedule;
-use crate::callbacks::{self, Callback, CallbackContext, Freeze};
+use crate::callbacks::{Callback, CallbackContext, Freeze};
 use crate::finetune;
-use crate::optim::{self, ExactState};
+use crate::optim::ExactState;
 use crate::plugins::dtype;
-use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::strategy::Strategy;
 use crate::plugins::weights::{ModelWeights, Weights};
 use crate::stage::Stage;
-use crate::trainer::checkpoint::Checkpoint;
 use crate::trainer::collector::MetricCollector;
 use crate::trainer::data::Loader;
 use crate::trainer::hparams::Hparams;
-use crate::trainer::module::{
-    BatcherFor, EvalBatch, MissingStep, Optimizers, SchedulerInterval, TrainingModule,
-};
+use crate::trainer::module::{BatcherFor, EvalBatch, MissingStep, TrainingModule};
 use crate::trainer::run::{FitParts, Run};
 use crate::trainer::signals::{self, StopSignals};
 use crate::trainer::state_gather::StateGather;
@@ -41,34 +35,6 @@ use crate::trainer::{FitOutcome, Inner, Trainer};
 pub(super) struct Position {
     pub(super) epoch: u64,
     pub(super) skip: usize,
-}
-
-/// The model and what trains it: the optimizer, the scheduler and the learning rate.
-pub(super) struct Optimization<B: AutodiffBackend, M: TrainingModule<B>> {
-    pub(super) model: M,
-    pub(super) optimizer: M::Optimizer,
-    pub(super) scheduler: M::Scheduler,
-    pub(super) interval: SchedulerInterval,
-    pub(super) lr: f64,
-    /// Gradients summed over the batches of one optimizer step.
-    pub(super) accumulator: GradientsAccumulator<M>,
-}
-
-impl<B: AutodiffBackend, M: TrainingModule<B>> Optimization<B, M> {
-    /// What a checkpoint of the fit is written from: these, and the precision plugin's state.
-    pub(super) fn fit_parts<'a>(
-        &'a self,
-        precision: &'a dyn PrecisionPlugin,
-        gather: Option<&'a StateGather>,
-    ) -> FitParts<'a, B, M, M::Optimizer, M::Scheduler> {
-        FitParts::new(
-            &self.model,
-            &self.optimizer,
-            &self.scheduler,
-            precision,
-            gather,
-        )
-    }
 }
 
 /// One `fit` in progress.
@@ -112,22 +78,13 @@ where
         if trainer.precision().casts_for_compute() {
             model = dtype::master(model);
         }
-        let Optimizers {
-            optimizer,
-            scheduler,
-            interval,
-        } = model
+        let optimizers = model
             .configure_optimizers(&Hparams::new(&trainer.hparams))
             .context("configure_optimizers")?;
-        let mut opt = Optimization {
-            model,
-            optimizer,
-            scheduler,
-            interval,
-            // Set by the scheduler when the first step (or epoch) begins.
-            lr: f64::NAN,
-            accumulator: GradientsAccumulator::new(),
-        };
+        let mut opt = Optimization::new(model, optimizers)?;
+        if opt.manual {
+            check_manual(trainer)?;
+        }
         let mut position = Position::default();
         if let Some(path) = resume_from {
             (opt, position) = Self::restore(trainer, run, &schedule, opt, path)?;
@@ -147,113 +104,14 @@ where
         })
     }
 
-    /// The optimizer from burn's record (a format-2 checkpoint, or an optimizer whose state
-    /// ember does not read), which burn rebuilds in the device's default float type: refused
-    /// under a mixed precision, whose f32 masters' moments would come back in the low type.
-    fn restore_record(
-        trainer: &Trainer<B>,
-        optimizer: M::Optimizer,
-        checkpoint: &Checkpoint,
-        path: &Path,
-    ) -> anyhow::Result<M::Optimizer> {
-        if trainer.precision().casts_for_compute() {
-            let low = dtype::compute_dtype(trainer.precision().precision());
-            anyhow::bail!(
-                "cannot resume fit from {} under a mixed precision: its optimizer state is a burn record, which burn restores in the device's float type ({low:?}), not in the f32 of the master weights (ember stores the state of Adam, AdamW and SGD itself; other optimizers resume under a true precision only)",
-                path.display()
-            );
-        }
-        let record = checkpoint.record::<B, _>("optimizer", &trainer.device, path)?;
-        Ok(optimizer.load_record(record))
-    }
-
     /// Calls a hook with a checkpoint saver over the current model, optimizer and scheduler.
     pub(super) fn fit_hook(
         &mut self,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let parts = self
-            .opt
-            .fit_parts(self.trainer.precision(), self.gather.as_ref());
+        let (opt, precision) = (&self.opt, self.trainer.precision());
+        let parts = FitParts::new(&opt.model, &opt.slots, precision, self.gather.as_ref());
         self.run.hook_fit(&parts, f)
-    }
-
-    /// Continues from the checkpoint at `path`: weights, optimizer, scheduler, the precision
-    /// plugin's and the callbacks' states, the seed, and the position in the run.
-    fn restore(
-        trainer: &mut Trainer<B>,
-        run: &mut Run,
-        schedule: &FitSchedule,
-        mut opt: Optimization<B, M>,
-        path: &Path,
-    ) -> anyhow::Result<(Optimization<B, M>, Position)> {
-        let checkpoint = Checkpoint::decode(&trainer.checkpoint_io().load(path)?, path)?;
-        opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
-        let device = &trainer.device;
-        opt.optimizer = match checkpoint.sections.get("optimizer_state") {
-            Some(description) => {
-                let mut state = optim::join(description, &checkpoint.optimizer_state)
-                    .with_context(|| format!("{}: the optimizer's state", path.display()))?;
-                let weights = ModelWeights::<B, M>::new(&mut opt.model);
-                let sharding = trainer.strategy.optimizer_sharding();
-                if let Some(owned) = sharding.and_then(|s| s.owned(&weights)) {
-                    state.retain(|id, _| owned.contains(&ParamId::from(*id)));
-                }
-                let kind = state.values().next().map(|p| p.kind.clone());
-                opt.optimizer
-                    .with_state(state, device)
-                    .with_context(|| {
-                        format!(
-                            "{} holds the state of {} optimizer, which this model's optimizer does not read",
-                            path.display(),
-                            kind.as_deref().unwrap_or("an")
-                        )
-                    })?
-                    .with_context(|| format!("{}: the optimizer's state", path.display()))?
-            }
-            None => Self::restore_record(trainer, opt.optimizer, &checkpoint, path)?,
-        };
-        let scheduler = checkpoint.record::<B, _>("scheduler", device, path)?;
-        opt.scheduler = opt.scheduler.load_record::<B>(scheduler);
-        let precision = &mut trainer.strategy.parts_mut().precision;
-        let key = precision.state_key();
-        if let Some(bytes) = checkpoint.sections.get(&key) {
-            let corrupt = || format!("{}: corrupt {key} section", path.display());
-            let state: serde_json::Value = serde_json::from_slice(bytes).with_context(corrupt)?;
-            precision.load_state(&state).with_context(corrupt)?;
-        }
-        if let Some(bytes) = checkpoint.sections.get("callbacks") {
-            let states: callbacks::CallbackStates = serde_json::from_slice(bytes)
-                .with_context(|| format!("{}: corrupt callbacks section", path.display()))?;
-            for c in &mut run.callbacks {
-                if let Some(state) = states.get(&c.state_key()) {
-                    c.load_state(state).with_context(|| {
-                        format!("restoring callback {} from {}", c.name(), path.display())
-                    })?;
-                }
-            }
-        }
-        let h = &checkpoint.header;
-        if trainer.options.seed.is_none() {
-            // The epochs' shuffles follow from the seed: continue with the run's own.
-            trainer.seed = h.seed;
-            run.seed = h.seed;
-            B::seed(&trainer.device, h.seed);
-        }
-        run.state.global_step = h.global_step;
-        run.state.learning_rate = h.learning_rate;
-        if opt.interval == SchedulerInterval::Epoch {
-            // A fit resumed within an epoch keeps the rate the scheduler gave that epoch.
-            opt.lr = h.learning_rate;
-        }
-        let (epoch, skip) = schedule.resume_at(h.epoch, usize::try_from(h.batches_done)?);
-        tracing::info!(
-            target: "ember",
-            "resuming from {} at epoch {epoch}, batch {skip}, step {}",
-            path.display(),
-            h.global_step
-        );
-        Ok((opt, Position { epoch, skip }))
     }
 
     /// Runs the fit to its end and returns what it trained.
@@ -301,7 +159,8 @@ where
         let opt = &mut self.opt;
         let mut weights = ModelWeights::<B, M>::new(&mut opt.model);
         self.trainer.strategy.teardown(&mut weights)?;
-        check_optimizer_state::<B, M>(&mut *self.trainer.strategy, &weights, &opt.optimizer)?;
+        let optimizer = &opt.slots[0].optimizer;
+        check_optimizer_state::<B, M>(&mut *self.trainer.strategy, &weights, optimizer)?;
         self.fit_hook(|c, x| c.on_fit_end(x))?;
         let run = &self.run;
         Ok(FitOutcome {

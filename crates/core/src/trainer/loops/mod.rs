@@ -4,11 +4,15 @@
 //!
 //! - [`fit::FitLoop`]: restore, sanity check, epochs, teardown (`fit.rs`), one epoch of
 //!   training batches and optimizer steps (`training_epoch.rs`);
+//! - [`optimization`]: the optimizers; [`step`]: one optimizer step, automatic or manual;
 //! - [`evaluation::EvaluationLoop`]: a validation or test pass;
 //! - [`prediction::PredictionLoop`]: predictions, sharded across ranks and gathered back.
 
 pub(super) mod evaluation;
 pub(super) mod fit;
+pub(crate) mod optimization;
 pub(super) mod prediction;
+mod restore;
 pub mod schedule;
+pub(crate) mod step;
 mod training_epoch;

@@ -2,21 +2,24 @@
 //! a training step, an optimizer step every `accumulate_grad_batches` batches, metric
 //! logging, validation when due, and the stop checks. Its state is the [`FitLoop`]'s.
 
+use std::marker::PhantomData;
+
+use burn::optim::GradientsParams;
 use burn::optim::lr_scheduler::LrScheduler;
-use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::FloatDType;
 use burn::tensor::backend::AutodiffBackend;
 
 use super::fit::FitLoop;
+use super::step::{ManualOptimization, StepContext};
 use crate::callbacks;
-use crate::finetune;
-use crate::plugins::access::ModelGradients;
 use crate::plugins::dtype;
-use crate::plugins::weights::ModelWeights;
 use crate::stage::Stage;
 use crate::trainer::data::Loader;
 use crate::trainer::log::StepLog;
-use crate::trainer::module::{BatcherFor, SchedulerInterval, TrainingModule};
+use crate::trainer::module::{
+    BatcherFor, EpochEnd, MissingStep, SchedulerInterval, TrainingModule,
+};
+use crate::trainer::run::FitParts;
 
 impl<B, M> FitLoop<'_, B, M>
 where
@@ -42,7 +45,9 @@ where
         // in epoch e holds the scheduler as it was for e; an epoch resumed part-way through
         // keeps the rate it had.
         if self.opt.interval == SchedulerInterval::Epoch && self.position.skip == 0 {
-            self.opt.lr = self.opt.scheduler.step();
+            for slot in &mut self.opt.slots {
+                slot.lr = slot.scheduler.step();
+            }
         }
         self.fit_hook(|c, x| c.on_train_epoch_start(x))?;
         self.apply_finetuning()?;
@@ -85,6 +90,13 @@ where
         let epoch_metrics = self.collector.take_epoch(self.trainer.ranks())?;
         self.run.publish(&epoch_metrics, false)?;
         self.fit_hook(|c, x| c.on_train_epoch_end(x))?;
+        let end = EpochEnd {
+            epoch,
+            global_step: self.run.state.global_step,
+            log_dir: self.run.state.log_dir.as_deref(),
+            is_global_zero: self.trainer.is_global_zero(),
+        };
+        self.opt.model.on_train_epoch_end(&end)?;
         self.run.state.should_stop = self.agree_on_stop(None, self.run.state.should_stop)?.1;
         self.run.loggers.save()?;
         let state = &self.run.state;
@@ -97,7 +109,8 @@ where
     }
 
     /// One training batch: the step (on a compute copy under a mixed precision), the scaled
-    /// and averaged loss's backward, and the optimizer step when it is due.
+    /// and averaged loss's backward, and the optimizer step when it is due; under manual
+    /// optimization, the model's `manual_training_step`.
     fn train_batch(mut self, batch_idx: usize, batch: M::Batch) -> anyhow::Result<Self> {
         // Random layers (dropout) draw from the backend's generator. Seeding it from the run's
         // seed and this batch's place makes a resumed run draw what the uninterrupted one did.
@@ -109,6 +122,12 @@ where
         );
         B::seed(&self.trainer.device, seed);
         let mut log = StepLog::new(Stage::Fit);
+        if self.opt.manual {
+            let steps_before = self.run.state.global_step;
+            self = self.manual_batch(batch, &mut log)?;
+            let stepped = self.run.state.global_step > steps_before;
+            return self.end_batch(batch_idx, log, stepped);
+        }
         let precision = self.trainer.precision();
         let opt = &mut self.opt;
         let loss = if precision.casts_for_compute() {
@@ -117,6 +136,9 @@ where
         } else {
             opt.model.training_step(batch, &mut log)
         };
+        if let Some(step) = log.take_missing() {
+            return Err(MissingStep(step).into());
+        }
         let loss = match precision.loss_scale() {
             Some(scale) => loss.cast(FloatDType::F32).mul_scalar(scale),
             None => loss,
@@ -140,9 +162,19 @@ where
         if steps_now {
             self = self.optimizer_step(grads, &mut log)?;
         }
+        self.end_batch(batch_idx, log, steps_now)
+    }
+
+    /// Collects what the batch logged and writes the step metrics when it is a logging step.
+    fn end_batch(
+        mut self,
+        batch_idx: usize,
+        mut log: StepLog<B>,
+        stepped: bool,
+    ) -> anyhow::Result<Self> {
         let logging_step = self
             .schedule
-            .logs_after(steps_now, self.run.state.global_step);
+            .logs_after(stepped, self.run.state.global_step);
         self.collector.collect(&mut log, logging_step);
         self.run
             .state
@@ -160,60 +192,52 @@ where
         Ok(self)
     }
 
-    /// Reduces the gradients (the strategy), unscales and checks them and clips (the
-    /// precision plugin), then steps the optimizer unless they were not finite.
+    /// Steps optimizer 0 with `grads` (reduced, unscaled, checked and clipped as the options
+    /// say) and logs what the precision plugin reports.
     fn optimizer_step(
         mut self,
-        mut grads: GradientsParams,
+        grads: GradientsParams,
         log: &mut StepLog<B>,
     ) -> anyhow::Result<Self> {
         let options = &self.trainer.options;
         let clip = options
             .gradient_clip_val
             .map(|threshold| (options.gradient_clip_algorithm, threshold));
-        let mut model_grads = ModelGradients::<B, M>::new(&self.opt.model, &mut grads);
-        self.trainer.strategy.reduce_gradients(&mut model_grads)?;
-        let finite = {
-            let mut view = self.trainer.strategy.precision_view(&mut model_grads);
-            let precision = &mut self.trainer.strategy.parts_mut().precision;
-            let finite = precision.unscale_gradients(&mut *view);
-            for (name, value) in precision.step_metrics() {
-                log.log(name, value);
-            }
-            if let Some((algorithm, threshold)) = clip.filter(|_| finite) {
-                precision.clip_gradients(&mut *view, algorithm, threshold);
-            }
-            finite
+        let mut cx = StepContext {
+            trainer: &mut *self.trainer,
+            state: &mut self.run.state,
+            checkpoint_io: self.run.checkpoint_io.as_ref(),
+            scheduler_per_step: self.opt.interval == SchedulerInterval::Step,
+            metrics: Vec::new(),
         };
-        if self.opt.interval == SchedulerInterval::Step {
-            self.opt.lr = self.opt.scheduler.step();
+        let slot = (0, &mut self.opt.slots[0]);
+        self.opt.model = cx.step(slot, self.opt.model, grads, clip)?;
+        for (name, value) in cx.metrics {
+            log.log(name, value);
         }
-        let step = self.run.state.global_step;
-        if finite {
-            let shares = &self.run.state.lr_factors;
-            let groups = match shares.is_empty() {
-                true => Vec::new(),
-                false => finetune::split_by_share::<B, M>(&self.opt.model, &mut grads, shares),
-            };
-            self.opt.model = self.opt.optimizer.step(self.opt.lr, self.opt.model, grads);
-            for (share, grads) in groups {
-                let lr = self.opt.lr * share;
-                self.opt.model = self.opt.optimizer.step(lr, self.opt.model, grads);
-            }
-            let mut weights = ModelWeights::<B, M>::new(&mut self.opt.model);
-            self.trainer
-                .strategy
-                .on_optimizer_step(&mut weights, step + 1)?;
-        } else {
-            tracing::info!(
-                target: "ember",
-                step,
-                "non-finite gradients: optimizer step skipped, loss scale halved"
-            );
+        Ok(self)
+    }
+
+    /// The model's `manual_training_step`, with the optimizers to step.
+    fn manual_batch(mut self, batch: M::Batch, log: &mut StepLog<B>) -> anyhow::Result<Self> {
+        let mut manual = ManualOptimization {
+            cx: StepContext {
+                trainer: &mut *self.trainer,
+                state: &mut self.run.state,
+                checkpoint_io: self.run.checkpoint_io.as_ref(),
+                scheduler_per_step: self.opt.interval == SchedulerInterval::Step,
+                metrics: Vec::new(),
+            },
+            slots: &mut self.opt.slots,
+            model: PhantomData,
+        };
+        self.opt.model = self
+            .opt
+            .model
+            .manual_training_step(batch, &mut manual, log)?;
+        for (name, value) in manual.cx.metrics {
+            log.log(name, value);
         }
-        self.run.state.global_step = step + 1;
-        self.run.state.learning_rate = self.opt.lr;
-        self.run.checkpoint_io.check()?;
         Ok(self)
     }
 
@@ -230,9 +254,8 @@ where
             self.position.epoch,
             state.global_step
         ));
-        let parts = self
-            .opt
-            .fit_parts(self.trainer.precision(), self.gather.as_ref());
+        let (opt, precision) = (&self.opt, self.trainer.precision());
+        let parts = FitParts::new(&opt.model, &opt.slots, precision, self.gather.as_ref());
         if self.trainer.is_global_zero() {
             let run = &*self.run;
             let states = callbacks::states_of(&run.callbacks);

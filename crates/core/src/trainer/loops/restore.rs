@@ -1,0 +1,184 @@
+//! How `fit` continues from a checkpoint: weights, every optimizer and scheduler, the
+//! precision plugin's and the callbacks' states, the seed, and the position in the run.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+use burn::module::ParamId;
+use burn::optim::Optimizer;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::tensor::TensorData;
+use burn::tensor::backend::AutodiffBackend;
+
+use super::fit::{FitLoop, Position};
+use super::optimization::{Optimization, SlotSections};
+use super::schedule::FitSchedule;
+use crate::callbacks;
+use crate::optim::{self, ExactState};
+use crate::plugins::dtype;
+use crate::plugins::weights::ModelWeights;
+use crate::trainer::Trainer;
+use crate::trainer::checkpoint::Checkpoint;
+use crate::trainer::module::{SchedulerInterval, TrainingModule};
+use crate::trainer::run::Run;
+
+impl<B, M> FitLoop<'_, B, M>
+where
+    B: AutodiffBackend,
+    M: TrainingModule<B>,
+{
+    /// Continues from the checkpoint at `path`: weights, optimizers, schedulers, the precision
+    /// plugin's and the callbacks' states, the seed, and the position in the run.
+    pub(super) fn restore(
+        trainer: &mut Trainer<B>,
+        run: &mut Run,
+        schedule: &FitSchedule,
+        mut opt: Optimization<B, M>,
+        path: &Path,
+    ) -> anyhow::Result<(Optimization<B, M>, Position)> {
+        let checkpoint = Checkpoint::decode(&trainer.checkpoint_io().load(path)?, path)?;
+        opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
+        let saved = (1..)
+            .take_while(|&i| {
+                checkpoint
+                    .sections
+                    .contains_key(&SlotSections::of(i).scheduler)
+            })
+            .count()
+            + 1;
+        anyhow::ensure!(
+            saved == opt.slots.len(),
+            "{} holds the state of {saved} optimizer(s), but configure_optimizers returned {}",
+            path.display(),
+            opt.slots.len()
+        );
+        let slots = std::mem::take(&mut opt.slots);
+        for (index, mut slot) in slots.into_iter().enumerate() {
+            let names = SlotSections::of(index);
+            slot.optimizer = match checkpoint.sections.get(&names.state) {
+                Some(description) => Self::restore_state(
+                    trainer,
+                    &mut opt,
+                    slot.optimizer,
+                    &checkpoint,
+                    path,
+                    (description, &names.prefix),
+                )?,
+                None => {
+                    Self::restore_record(trainer, slot.optimizer, &checkpoint, &names.record, path)?
+                }
+            };
+            let scheduler = checkpoint.record::<B, _>(&names.scheduler, &trainer.device, path)?;
+            slot.scheduler = slot.scheduler.load_record::<B>(scheduler);
+            opt.slots.push(slot);
+        }
+        let precision = &mut trainer.strategy.parts_mut().precision;
+        let key = precision.state_key();
+        if let Some(bytes) = checkpoint.sections.get(&key) {
+            let corrupt = || format!("{}: corrupt {key} section", path.display());
+            let state: serde_json::Value = serde_json::from_slice(bytes).with_context(corrupt)?;
+            precision.load_state(&state).with_context(corrupt)?;
+        }
+        if let Some(bytes) = checkpoint.sections.get("callbacks") {
+            let states: callbacks::CallbackStates = serde_json::from_slice(bytes)
+                .with_context(|| format!("{}: corrupt callbacks section", path.display()))?;
+            for c in &mut run.callbacks {
+                if let Some(state) = states.get(&c.state_key()) {
+                    c.load_state(state).with_context(|| {
+                        format!("restoring callback {} from {}", c.name(), path.display())
+                    })?;
+                }
+            }
+        }
+        let h = &checkpoint.header;
+        if trainer.options.seed.is_none() {
+            // The epochs' shuffles follow from the seed: continue with the run's own.
+            trainer.seed = h.seed;
+            run.seed = h.seed;
+            B::seed(&trainer.device, h.seed);
+        }
+        run.state.global_step = h.global_step;
+        run.state.learning_rate = h.learning_rate;
+        if opt.interval == SchedulerInterval::Epoch {
+            // A fit resumed within an epoch keeps the rates the schedulers gave that epoch.
+            let rates = match checkpoint.sections.get(SlotSections::RATES) {
+                Some(bytes) => serde_json::from_slice(bytes).with_context(|| {
+                    format!("{}: corrupt learning_rates section", path.display())
+                })?,
+                None => vec![h.learning_rate],
+            };
+            for (slot, rate) in opt.slots.iter_mut().zip(rates) {
+                slot.lr = rate;
+            }
+        }
+        let (epoch, skip) = schedule.resume_at(h.epoch, usize::try_from(h.batches_done)?);
+        tracing::info!(
+            target: "ember",
+            "resuming from {} at epoch {epoch}, batch {skip}, step {}",
+            path.display(),
+            h.global_step
+        );
+        Ok((opt, Position { epoch, skip }))
+    }
+
+    /// An optimizer from the state ember wrote (`description` and the tensors named with
+    /// `prefix`), keeping only the parameters this rank owns where the strategy shards it.
+    fn restore_state(
+        trainer: &mut Trainer<B>,
+        opt: &mut Optimization<B, M>,
+        optimizer: M::Optimizer,
+        checkpoint: &Checkpoint,
+        path: &Path,
+        (description, prefix): (&[u8], &str),
+    ) -> anyhow::Result<M::Optimizer> {
+        let tensors: Cow<'_, BTreeMap<String, TensorData>> = match prefix {
+            "" => Cow::Borrowed(&checkpoint.optimizer_state),
+            prefix => Cow::Owned(
+                (checkpoint.optimizer_state.iter())
+                    .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.to_owned(), v.clone())))
+                    .collect(),
+            ),
+        };
+        let mut state = optim::join(description, &tensors)
+            .with_context(|| format!("{}: the optimizer's state", path.display()))?;
+        let weights = ModelWeights::<B, M>::new(&mut opt.model);
+        let sharding = trainer.strategy.optimizer_sharding();
+        if let Some(owned) = sharding.and_then(|s| s.owned(&weights)) {
+            state.retain(|id, _| owned.contains(&ParamId::from(*id)));
+        }
+        let kind = state.values().next().map(|p| p.kind.clone());
+        optimizer
+            .with_state(state, &trainer.device)
+            .with_context(|| {
+                format!(
+                    "{} holds the state of {} optimizer, which this model's optimizer does not read",
+                    path.display(),
+                    kind.as_deref().unwrap_or("an")
+                )
+            })?
+            .with_context(|| format!("{}: the optimizer's state", path.display()))
+    }
+
+    /// The optimizer from burn's record (a format-2 checkpoint, or an optimizer whose state
+    /// ember does not read), which burn rebuilds in the device's default float type: refused
+    /// under a mixed precision, whose f32 masters' moments would come back in the low type.
+    fn restore_record(
+        trainer: &Trainer<B>,
+        optimizer: M::Optimizer,
+        checkpoint: &Checkpoint,
+        section: &str,
+        path: &Path,
+    ) -> anyhow::Result<M::Optimizer> {
+        if trainer.precision().casts_for_compute() {
+            let low = dtype::compute_dtype(trainer.precision().precision());
+            anyhow::bail!(
+                "cannot resume fit from {} under a mixed precision: its optimizer state is a burn record, which burn restores in the device's float type ({low:?}), not in the f32 of the master weights (ember stores the state of Adam, AdamW and SGD itself; other optimizers resume under a true precision only)",
+                path.display()
+            );
+        }
+        let record = checkpoint.record::<B, _>(section, &trainer.device, path)?;
+        Ok(optimizer.load_record(record))
+    }
+}
