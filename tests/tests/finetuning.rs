@@ -128,6 +128,7 @@ fn fit(
 
 #[test]
 fn freeze_and_unfreeze_follow_module_paths_and_keep_batch_norm_with_train_bn() {
+    let _serial = serial();
     let model = Tuned::<B>::new(&FlexDevice);
     let (norm, _) = trainable_under(&model, "backbone.norm");
     let (all, none) = trainable_under(&model, "");
@@ -337,25 +338,10 @@ fn ddp_sharded_refuses_freezing_during_fit() {
 
 #[test]
 fn the_docs_snippet_on_fine_tuning_is_taken_from_this_file() {
-    let normalized = |text: &str| {
-        let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-        lines.collect::<Vec<_>>().join("\n")
-    };
-    let docs = include_str!("../../docs/trainer.md");
-    let section = docs
-        .split("### Fine-tuning")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("docs/trainer.md has the section");
-    let source = normalized(include_str!("finetuning.rs"));
-    let snippets: Vec<&str> = (section.split("```rust\n").skip(1))
-        .map(|rest| rest.split("```").next().unwrap())
-        .collect();
-    assert_eq!(snippets.len(), 1);
-    for snippet in snippets {
-        assert!(
-            source.contains(&normalized(snippet)),
-            "not in this file:\n{snippet}"
-        );
-    }
+    ember_acceptance::docs::assert_snippets_in(
+        include_str!("../../docs/trainer.md"),
+        "### Fine-tuning",
+        include_str!("finetuning.rs"),
+        1,
+    );
 }

@@ -23,7 +23,7 @@ use ember::{
     DataLoaders, Hparams, LightningModule, LogOptions, Optimizers, Prediction, Reduce, StepLog,
     Trainer, TrainerOptions, TrainingModule, optim,
 };
-use ember_acceptance::regression::{Batch, Item, ItemBatcher, Regression, items};
+use ember_acceptance::regression::{Batch, Item, ItemBatcher, Regression, items, serial};
 
 type B = Autodiff<Flex>;
 
@@ -117,6 +117,7 @@ fn model() -> Multi<B> {
 
 #[test]
 fn each_loader_is_validated_and_its_metrics_are_named_after_it() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o = TrainerOptions {
         enable_checkpointing: false,
@@ -189,6 +190,7 @@ impl Callback for Seen {
 
 #[test]
 fn fit_checks_sanity_and_validates_every_loader_and_monitors_see_their_names() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let seen = Seen::default();
     let checkpoint = ModelCheckpoint::new(ModelCheckpointConfig {
@@ -241,6 +243,7 @@ fn fit_checks_sanity_and_validates_every_loader_and_monitors_see_their_names() {
 
 #[test]
 fn a_monitor_without_the_loader_suffix_is_an_error_listing_the_names() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let stopping = EarlyStopping::new(EarlyStoppingConfig::new("val_loss", Mode::Min)).unwrap();
     let e = trainer(options(dir.path()))
@@ -257,6 +260,7 @@ fn a_monitor_without_the_loader_suffix_is_an_error_listing_the_names() {
 
 #[test]
 fn predictions_come_as_one_list_per_loader() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o = options(dir.path());
     let each: Vec<Vec<Vec<usize>>> = trainer(o.clone())
@@ -294,25 +298,10 @@ fn predictions_come_as_one_list_per_loader() {
 
 #[test]
 fn the_docs_snippets_on_several_loaders_are_taken_from_this_file() {
-    let normalized = |text: &str| {
-        let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-        lines.collect::<Vec<_>>().join("\n")
-    };
-    let docs = include_str!("../../docs/trainer.md");
-    let section = docs
-        .split("## Several validation, test and predict loaders")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("docs/trainer.md has the section");
-    let source = normalized(include_str!("multiple_loaders.rs"));
-    let snippets: Vec<&str> = (section.split("```rust\n").skip(1))
-        .map(|rest| rest.split("```").next().unwrap())
-        .collect();
-    assert_eq!(snippets.len(), 2);
-    for snippet in snippets {
-        assert!(
-            source.contains(&normalized(snippet)),
-            "not in this file:\n{snippet}"
-        );
-    }
+    ember_acceptance::docs::assert_snippets_in(
+        include_str!("../../docs/trainer.md"),
+        "## Several validation, test and predict loaders",
+        include_str!("multiple_loaders.rs"),
+        2,
+    );
 }

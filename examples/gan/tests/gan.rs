@@ -89,25 +89,10 @@ fn two_ranks_train_it() {
 
 #[test]
 fn the_docs_snippets_on_manual_optimization_are_taken_from_this_example() {
-    let normalized = |text: &str| {
-        let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-        lines.collect::<Vec<_>>().join("\n")
-    };
-    let docs = include_str!("../../../docs/trainer.md");
-    let section = docs
-        .split("## Manual optimization and several optimizers")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("docs/trainer.md has the section");
-    let source = normalized(include_str!("../src/lib.rs"));
-    let snippets: Vec<&str> = (section.split("```rust\n").skip(1))
-        .map(|rest| rest.split("```").next().unwrap())
-        .collect();
-    assert_eq!(snippets.len(), 2);
-    for snippet in snippets {
-        assert!(
-            source.contains(&normalized(snippet)),
-            "not in examples/gan/src/lib.rs:\n{snippet}"
-        );
-    }
+    ember_acceptance::docs::assert_snippets_in(
+        include_str!("../../../docs/trainer.md"),
+        "## Manual optimization and several optimizers",
+        include_str!("../src/lib.rs"),
+        2,
+    );
 }
