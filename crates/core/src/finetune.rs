@@ -96,6 +96,20 @@ pub(crate) fn split_by_share<B: AutodiffBackend, M: AutodiffModule<B>>(
         .collect()
 }
 
+/// The `enter_module` / `exit_module` of a visitor or mapper that keeps the path of the module
+/// it is in as `self.paths`.
+macro_rules! tracks_paths {
+    () => {
+        fn enter_module(&mut self, name: &str, container_type: &str) {
+            self.paths.enter(name, container_type);
+        }
+
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.paths.exit();
+        }
+    };
+}
+
 /// The dotted path of the module being visited, and the types of the modules around it.
 #[derive(Default)]
 struct Paths {
@@ -143,13 +157,7 @@ struct FreezeUnder<'a> {
 }
 
 impl<B: Backend> ModuleMapper<B> for FreezeUnder<'_> {
-    fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.paths.enter(name, container_type);
-    }
-
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.paths.exit();
-    }
+    tracks_paths!();
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         if !self.paths.under(self.under) {
@@ -187,13 +195,7 @@ struct Count<'a> {
 }
 
 impl<B: Backend> ModuleVisitor<B> for Count<'_> {
-    fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.paths.enter(name, container_type);
-    }
-
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.paths.exit();
-    }
+    tracks_paths!();
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if self.paths.under(self.under) {
@@ -215,13 +217,7 @@ struct Split<'a> {
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Split<'_> {
-    fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.paths.enter(name, container_type);
-    }
-
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.paths.exit();
-    }
+    tracks_paths!();
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if self.paths.under(self.under)
