@@ -235,13 +235,54 @@ fn ckpt_path_last_resumes_with_callback_states_and_best_evaluates_the_best() {
 
     let out = digits_in(
         tempfile::tempdir().unwrap().path(),
-        &["test", "--trainer.ckpt_path=last"],
+        &["test", "--trainer.ckpt_path=best"],
     );
     fails_with(
         &out,
         1,
-        "invalid --trainer.ckpt_path value `last`: no checkpoint in",
+        "invalid --trainer.ckpt_path value `best`: no checkpoint in",
     );
+}
+
+/// `last` where no run has written a checkpoint yet loads nothing, with a notice, as Lightning
+/// does ("not an error so it can be set and forget before the first fit run",
+/// `_CheckpointConnector._parse_ckpt_path`): one command line serves the first run and every
+/// run that continues it (a requeued cluster job).
+#[test]
+fn last_on_a_fresh_start_starts_from_scratch_and_then_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fit = |epochs: &str| {
+        let max_epochs = format!("--trainer.max_epochs={epochs}");
+        let args = [
+            "fit",
+            &max_epochs,
+            "--trainer.ckpt_path=last",
+            "--trainer.enable_progress_bar=false",
+        ];
+        let out = digits_in(dir.path(), &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let first = fit("1");
+    let notice = "--trainer.ckpt_path=last: no checkpoint yet under .; starting without one";
+    assert!(stderr(&first).contains(notice), "{}", stderr(&first));
+    assert!(String::from_utf8_lossy(&first.stdout).starts_with("trained 23 steps in"));
+    let second = fit("2");
+    assert!(
+        stderr(&second).contains("--trainer.ckpt_path=last: using"),
+        "{}",
+        stderr(&second)
+    );
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        stdout.starts_with("trained 23 steps (to global step 46)"),
+        "{stdout}"
+    );
+    // validate/test/predict load nothing either, and say so.
+    let empty = tempfile::tempdir().unwrap();
+    let out = digits_in(empty.path(), &["test", "--trainer.ckpt_path=last"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains(notice), "{}", stderr(&out));
 }
 
 /// The optimizer's state comes back in the f32 of the master weights (bitwise resume under

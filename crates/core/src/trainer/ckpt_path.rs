@@ -2,9 +2,10 @@
 //!
 //! `last` is the checkpoint with the most optimizer steps (the newest file among equals) in
 //! the run's checkpoint directories: `<default_root_dir>/lightning_logs/version_*/checkpoints`,
-//! `<default_root_dir>/checkpoints` and every ModelCheckpoint's `dirpath`. `best` is the best
-//! checkpoint that the newest one's ModelCheckpoint state records. Only headers are read to
-//! choose.
+//! `<default_root_dir>/checkpoints` and every ModelCheckpoint's `dirpath`; when there is none
+//! yet, nothing is loaded (as in Lightning, so one command line serves a first run and every
+//! run that continues it). `best` is the best checkpoint that the newest one's ModelCheckpoint
+//! state records. Only headers are read to choose.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -14,12 +15,13 @@ use anyhow::Context;
 use super::checkpoint::{Checkpoint, read_header};
 use crate::callbacks::CallbackStates;
 
-/// The checkpoint `option` names, looking for `last` and `best` in `dirs`.
-pub fn resolve(option: &Path, dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
+/// The checkpoint `option` names, looking for `last` and `best` in `dirs`; `None` for `last`
+/// when `dirs` hold no checkpoint yet.
+pub fn resolve(option: &Path, dirs: &[PathBuf]) -> anyhow::Result<Option<PathBuf>> {
     match option.to_str() {
-        Some("last") => newest(dirs),
-        Some("best") => best(dirs),
-        _ => Ok(option.to_owned()),
+        Some("last") => Ok(newest(dirs)),
+        Some("best") => best(dirs).map(Some),
+        _ => Ok(Some(option.to_owned())),
     }
 }
 
@@ -36,18 +38,18 @@ pub fn search_dirs(root: &Path, extra: impl IntoIterator<Item = PathBuf>) -> Vec
     dirs
 }
 
-/// The error for `last` or `best` when `dirs` hold no checkpoint.
-fn none_in(value: &str, dirs: &[PathBuf]) -> anyhow::Error {
+/// The error for `best` when `dirs` hold no checkpoint.
+fn none_in(dirs: &[PathBuf]) -> anyhow::Error {
     let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     anyhow::anyhow!(
-        "invalid --trainer.ckpt_path value `{value}`: no checkpoint in {}; give a checkpoint path, or use last/best once a run has written checkpoints there",
+        "invalid --trainer.ckpt_path value `best`: no checkpoint in {}; give a checkpoint path, or use best once a run has written checkpoints there",
         dirs.join(", ")
     )
 }
 
-/// The checkpoint with the most steps (then the newest) in `dirs`. Files that are not
-/// readable checkpoints (temporaries, torn files) are skipped.
-fn newest(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
+/// The checkpoint with the most steps (then the newest) in `dirs`, if there is one. Files that
+/// are not readable checkpoints (temporaries, torn files) are skipped.
+fn newest(dirs: &[PathBuf]) -> Option<PathBuf> {
     let mut found: Option<(u64, SystemTime, PathBuf)> = None;
     for dir in dirs {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -76,14 +78,12 @@ fn newest(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
             }
         }
     }
-    found
-        .map(|(_, _, path)| path)
-        .ok_or_else(|| none_in("last", dirs))
+    found.map(|(_, _, path)| path)
 }
 
 /// The best checkpoint recorded by the newest checkpoint's ModelCheckpoint.
 fn best(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
-    let newest = newest(dirs).map_err(|_| none_in("best", dirs))?;
+    let newest = newest(dirs).ok_or_else(|| none_in(dirs))?;
     let bytes =
         std::fs::read(&newest).with_context(|| format!("cannot read {}", newest.display()))?;
     let checkpoint = Checkpoint::decode(&bytes, &newest)?;

@@ -163,7 +163,15 @@ impl<B: AutodiffBackend> Trainer<B> {
             &self.options.default_root_dir,
             self.callbacks.iter().filter_map(|c| c.checkpoint_dirpath()),
         );
-        let path = ckpt_path::resolve(option, &dirs)?;
+        let Some(path) = ckpt_path::resolve(option, &dirs)? else {
+            if self.is_global_zero() {
+                eprintln!(
+                    "--trainer.ckpt_path=last: no checkpoint yet under {}; starting without one",
+                    self.options.default_root_dir.display()
+                );
+            }
+            return Ok(None);
+        };
         if self.is_global_zero() && path.as_path() != option.as_path() {
             eprintln!(
                 "--trainer.ckpt_path={}: using {}",

@@ -177,8 +177,9 @@ trainer_options! {
     callbacks: Vec<CallbackSpec> = Vec::new(), Callbacks,
         "a list of callbacks: names, or {class_path, init_args} tables";
     /// `fit`: resume from this checkpoint; `validate`/`test`/`predict`: load its weights. A
-    /// path, `last` (the checkpoint with the most steps in the run's checkpoint directories)
-    /// or `best` (the best one the newest checkpoint's ModelCheckpoint recorded).
+    /// path, `last` (the checkpoint with the most steps in the run's checkpoint directories;
+    /// none yet: nothing is loaded, with a notice, as in Lightning) or `best` (the best one
+    /// the newest checkpoint's ModelCheckpoint recorded).
     ckpt_path: Option<PathBuf> = None, FileOrNull,
         "a checkpoint fit resumes from, or whose weights validate/test/predict use: a path, last or best";
     /// `async`: checkpoints are encoded and written through the checkpoint IO (local files, or
