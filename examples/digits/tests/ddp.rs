@@ -307,6 +307,19 @@ fn descends_from(mut pid: u32, ancestor: u32) -> bool {
     false
 }
 
+/// Whether `pid` is still running `within` from now: a killed process can take a moment to
+/// go (a stopped one is killed by the launcher as it ends, then reaped), so give it that.
+fn alive_after(pid: u32, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while alive(pid) {
+        if std::time::Instant::now() > deadline {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         !s.rsplit(')')
@@ -395,7 +408,8 @@ fn killing_one_rank_ends_the_run_with_a_message_naming_it() {
             !status.success(),
             "{strategy}: the launcher exited {status}"
         );
-        assert!(!alive(ranks[0].1), "{strategy}: rank 0 outlived the run");
+        let gone = !alive_after(ranks[0].1, std::time::Duration::from_secs(5));
+        assert!(gone, "{strategy}: rank 0 outlived the run");
         assert!(
             stderr.contains("rank 1"),
             "{strategy}: no message names rank 1: {stderr}"
@@ -414,7 +428,8 @@ fn a_collective_that_waits_past_the_timeout_ends_the_run() {
     signal(ranks[1].1, "-STOP");
     let (status, stderr) = wait_30s(launcher, "rank 1 was stopped");
     assert!(!status.success(), "the launcher exited {status}");
-    assert!(!alive(ranks[1].1), "the stopped rank outlived the run");
+    let gone = !alive_after(ranks[1].1, std::time::Duration::from_secs(5));
+    assert!(gone, "the stopped rank outlived the run");
     assert!(
         stderr.contains("rank 0: collective") && stderr.contains("--trainer.ddp_timeout=2"),
         "no timeout message: {stderr}"
@@ -627,7 +642,7 @@ fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint() {
     let (status, stderr) = wait_30s(launcher, "SIGTERM");
     assert!(status.success(), "the launcher exited {status}: {stderr}");
     assert!(
-        ranks.iter().all(|&(_, pid)| !alive(pid)),
+        (ranks.iter()).all(|&(_, pid)| !alive_after(pid, std::time::Duration::from_secs(5))),
         "a rank outlived the run"
     );
     assert!(
