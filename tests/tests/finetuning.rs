@@ -319,6 +319,30 @@ fn a_fit_with_backbone_finetuning_resumes_bitwise() {
 }
 
 #[test]
+fn a_backbone_path_the_model_lacks_is_a_flag_error_naming_its_modules() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let callback = BackboneFinetuning::new(BackboneFinetuningConfig {
+        backbone: "encoder".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut trainer = Trainer::<B>::on_device(FlexDevice, options(dir.path(), 1))
+        .unwrap()
+        .with_callback(callback);
+    let model = Tuned::<B>::new(trainer.device());
+    let e = trainer.fit(model, &mut data(4)).err().unwrap();
+    let flag = e
+        .downcast_ref::<ember::FlagError>()
+        .expect("a flag error: exit 2");
+    assert_eq!(
+        (flag.flag.as_str(), flag.value.as_str()),
+        ("--trainer.callbacks", "encoder")
+    );
+    assert!(flag.message.contains("backbone, head"), "{flag}");
+}
+
+#[test]
 fn ddp_sharded_refuses_freezing_during_fit() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -332,6 +356,10 @@ fn ddp_sharded_refuses_freezing_during_fit() {
         .with_callback(finetuning(1, 0.1, 1.5));
     let model = Tuned::<B>::new(trainer.device());
     let e = trainer.fit(model, &mut data(4)).err().unwrap();
+    let flag = e
+        .downcast_ref::<ember::FlagError>()
+        .expect("a flag error: exit 2");
+    assert_eq!(flag.flag, "--trainer.strategy");
     let e = format!("{e:#}");
     assert!(e.contains("ddp_sharded") && e.contains("use ddp"), "{e}");
 }

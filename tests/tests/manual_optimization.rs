@@ -107,6 +107,10 @@ fn what_manual_optimization_cannot_honour_is_refused() {
     };
     let e = error(accumulate, Mode::ManualOne);
     assert!(e.contains("--trainer.accumulate_grad_batches"), "{e}");
+    assert!(
+        e.starts_with("invalid --trainer.accumulate_grad_batches value `2`"),
+        "{e}"
+    );
     let clip = TrainerOptions {
         gradient_clip_val: Some(1.0),
         ..options(dir.path())
@@ -123,10 +127,12 @@ fn what_manual_optimization_cannot_honour_is_refused() {
     let sharded = Trainer::<B>::builder(&plan, options(dir.path()))
         .build::<ember::cpu::CpuAccelerator>()
         .unwrap();
-    let e = format!(
-        "{:#}",
-        fit_with(sharded, Mode::ManualOne, None).err().unwrap()
-    );
+    let e = fit_with(sharded, Mode::ManualOne, None).err().unwrap();
+    let flag = e
+        .downcast_ref::<ember::FlagError>()
+        .expect("a flag error: exit 2");
+    assert_eq!(flag.flag, "--trainer.strategy");
+    let e = format!("{e:#}");
     assert!(e.contains("ddp_sharded") && e.contains("manual"), "{e}");
 }
 

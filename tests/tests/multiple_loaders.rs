@@ -296,6 +296,40 @@ fn predictions_come_as_one_list_per_loader() {
     assert_eq!(one, [vec![0, 1], vec![2, 3]]);
 }
 
+/// A data module that makes its predict loaders in `setup`, as one that loads files does.
+#[derive(Default)]
+struct MadeInSetup(Vec<ember::Loader<Item>>);
+
+impl ember::DataModule for MadeInSetup {
+    type Item = Item;
+    type Batcher = ItemBatcher;
+
+    fn setup(&mut self, _: ember::Stage) -> anyhow::Result<()> {
+        self.0 = vec![loader(6, 1000), loader(4, 2000)];
+        Ok(())
+    }
+
+    fn train_loader(&self) -> Option<ember::Loader<Item>> {
+        None
+    }
+
+    fn predict_loaders(&self) -> Vec<ember::Loader<Item>> {
+        self.0.clone()
+    }
+}
+
+#[test]
+fn predict_refuses_several_loaders_that_setup_makes() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let e = trainer(options(dir.path()))
+        .predict::<_, _, Vec<usize>>(model().valid(), &mut MadeInSetup::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("2 predict loaders"), "{e}");
+}
+
 #[test]
 fn the_docs_snippets_on_several_loaders_are_taken_from_this_file() {
     ember_acceptance::docs::assert_snippets_in(

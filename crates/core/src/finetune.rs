@@ -48,11 +48,11 @@ pub fn freeze<B: Backend, M: Module<B>>(
     };
     let model = model.map(&mut mapper);
     if mapper.matched == 0 {
-        let mut top = TopLevel(Vec::new(), 0);
-        model.visit(&mut top);
+        let summary = crate::trainer::summary::summarize(&model);
+        let top: Vec<&str> = summary.rows.iter().map(|row| row.name.as_str()).collect();
         anyhow::bail!(
             "the model has no parameters under module `{path}`; its top-level modules: {}",
-            top.0.join(", ")
+            top.join(", ")
         );
     }
     Ok((model, mapper.frozen))
@@ -225,21 +225,5 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Split<'_> {
         {
             self.into.register(param.id, grad);
         }
-    }
-}
-
-/// The names of a model's top-level modules.
-struct TopLevel(Vec<String>, usize);
-
-impl<B: Backend> ModuleVisitor<B> for TopLevel {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        if self.1 == 0 {
-            self.0.push(name.to_owned());
-        }
-        self.1 += 1;
-    }
-
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.1 -= 1;
     }
 }

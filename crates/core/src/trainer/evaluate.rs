@@ -58,12 +58,10 @@ impl<B: AutodiffBackend> Trainer<B> {
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
-        let loaders = data.predict_loaders().len();
-        anyhow::ensure!(
-            loaders <= 1,
-            "the data module has {loaders} predict loaders: Trainer::predict_each returns one list per loader"
-        );
-        Ok(self.predict_each(model, data)?.pop().unwrap_or_default())
+        Ok(self
+            .predict_loaders(model, data, true)?
+            .pop()
+            .unwrap_or_default())
     }
 
     /// Predictions for every batch of each of `data`'s predict loaders, one list per loader in
@@ -76,12 +74,34 @@ impl<B: AutodiffBackend> Trainer<B> {
         D: DataModule,
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
+        self.predict_loaders(model, data, false)
+    }
+
+    /// [`predict_each`](Self::predict_each); with `one`, a data module with several predict
+    /// loaders is refused once its `setup` made them, before anything is predicted.
+    fn predict_loaders<M, D, T>(
+        &mut self,
+        model: M,
+        data: &mut D,
+        one: bool,
+    ) -> anyhow::Result<Vec<Vec<T>>>
+    where
+        M: LightningModule<Inner<B>>,
+        T: DeserializeOwned,
+        D: DataModule,
+        D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
+    {
         weights::materialize(&model);
         data.setup(Stage::Predict)?;
         let loaders = Loader::checked_all(data.predict_loaders(), "predict", Shard::WHOLE)?;
         anyhow::ensure!(
             !loaders.is_empty(),
             "predict needs data: DataModule::predict_loader returned None"
+        );
+        anyhow::ensure!(
+            !one || loaders.len() == 1,
+            "the data module has {} predict loaders: Trainer::predict_each returns one list per loader",
+            loaders.len()
         );
         let model = self.load_weights(model)?;
         let mut run = self.start(Stage::Predict)?;

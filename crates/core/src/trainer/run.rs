@@ -1,7 +1,7 @@
 //! The state one entry point (fit, validate, test, predict) works with, its callback hooks,
 //! and what a `fit` checkpoint is written from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -58,16 +58,6 @@ where
         }
     }
 
-    /// This process's state of optimizer 0 (the one a strategy may shard), tensors in their
-    /// own dtypes; `None` for an optimizer whose state ember does not read.
-    fn own_state(
-        &self,
-        weights: &[(String, burn::module::ParamId, burn::tensor::TensorData)],
-    ) -> Option<anyhow::Result<optim::OptimizerState>> {
-        let dtypes = weights.iter().map(|(_, id, d)| (*id, d.dtype)).collect();
-        self.slots[0].optimizer.state(&dtypes)
-    }
-
     /// Ends a hook (or a save on a stop signal) where the state is sharded: see
     /// [`StateGather::serve`].
     pub(super) fn serve_state(&self) -> anyhow::Result<()> {
@@ -75,8 +65,12 @@ where
             return Ok(());
         };
         gather.serve(|| {
-            let weights = weights_of::<B, M>(self.model)?;
-            self.own_state(&weights).unwrap_or_else(unreadable)
+            // Optimizer 0's: a strategy that shards the state runs one optimizer.
+            let dtypes = param_dtypes(&weights_of::<B, M>(self.model)?);
+            self.slots[0]
+                .optimizer
+                .state(&dtypes)
+                .unwrap_or_else(unreadable)
         })
     }
 
@@ -98,7 +92,7 @@ where
             seed,
         };
         let weights = weights_of::<B, M>(self.model)?;
-        let dtypes = weights.iter().map(|(_, id, d)| (*id, d.dtype)).collect();
+        let dtypes = param_dtypes(&weights);
         let mut sections = Vec::new();
         let mut state_tensors = Vec::new();
         for (index, slot) in self.slots.iter().enumerate() {
@@ -151,6 +145,13 @@ where
     }
 }
 
+/// Each weight's dtype by parameter id: the dtypes an optimizer's state is kept in.
+fn param_dtypes(
+    weights: &[(String, burn::module::ParamId, burn::tensor::TensorData)],
+) -> HashMap<burn::module::ParamId, burn::tensor::DType> {
+    weights.iter().map(|(_, id, d)| (*id, d.dtype)).collect()
+}
+
 /// The error for an optimizer whose state ember cannot read, under a sharded strategy.
 fn unreadable() -> anyhow::Result<optim::OptimizerState> {
     anyhow::bail!(
@@ -171,6 +172,11 @@ pub(super) struct Run {
 }
 
 impl Run {
+    /// What an optimizer step changes and checks: the loop's counters and the checkpoint IO.
+    pub(super) fn step_parts(&mut self) -> (&mut TrainerState, &dyn CheckpointIO) {
+        (&mut self.state, self.checkpoint_io.as_ref())
+    }
+
     fn context<'a>(
         &'a mut self,
         saver: Option<Saver<'a>>,

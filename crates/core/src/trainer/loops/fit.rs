@@ -231,12 +231,17 @@ where
         if wanted.iter().eq(applied) {
             return Ok(());
         }
+        let strategy = self.trainer.strategy.name().to_owned();
         if self.trainer.strategy.optimizer_sharding().is_some() {
-            anyhow::bail!(
-                "strategy {} deals out the trainable parameters when fit starts, so modules cannot be frozen or unfrozen during fit ({}); use ddp",
-                self.trainer.strategy.name(),
-                crate::error::list(wanted.keys().chain(self.frozen.keys()))
-            );
+            let modules = crate::error::list(wanted.keys().chain(self.frozen.keys()));
+            return Err(crate::error::FlagError::new(
+                "--trainer.strategy",
+                strategy.as_str(),
+                format!(
+                    "ddp or single_device to freeze or unfreeze modules during fit ({modules}): {strategy} deals out the trainable parameters when fit starts; use ddp"
+                ),
+            )
+            .into());
         }
         let model = &mut self.opt.model;
         let changed = |path: &String| self.frozen.get(path).map(|(f, _)| f) != wanted.get(path);
@@ -248,8 +253,12 @@ where
         }
         for (path, freeze) in wanted {
             if !self.frozen.contains_key(path) {
+                // The path came from a callback's settings (BackboneFinetuning's `backbone`).
                 let frozen;
-                (*model, frozen) = finetune::freeze(model.clone(), path, freeze.train_bn)?;
+                (*model, frozen) =
+                    finetune::freeze(model.clone(), path, freeze.train_bn).map_err(|e| {
+                        crate::error::FlagError::new("--trainer.callbacks", path, format!("{e:#}"))
+                    })?;
                 self.frozen.insert(path.clone(), (*freeze, frozen));
             }
         }

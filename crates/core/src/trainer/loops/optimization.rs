@@ -93,6 +93,11 @@ impl<B: AutodiffBackend, M: TrainingModule<B>> Optimization<B, M> {
             accumulator: GradientsAccumulator::new(),
         })
     }
+
+    /// Whether the schedulers step with their optimizer (not once per epoch).
+    pub(in crate::trainer) fn steps_schedulers(&self) -> bool {
+        self.interval == SchedulerInterval::Step
+    }
 }
 
 /// Refuses what manual optimization cannot honour, as Lightning does: accumulation and
@@ -117,11 +122,16 @@ pub(in crate::trainer) fn check_manual<B: AutodiffBackend>(
         )
         .into());
     }
+    let strategy = trainer.strategy.name().to_owned();
     if trainer.strategy.optimizer_sharding().is_some() {
-        anyhow::bail!(
-            "strategy {} shards one optimizer's state; manual optimization runs under ddp or one process",
-            trainer.strategy.name()
-        );
+        return Err(crate::error::FlagError::new(
+            "--trainer.strategy",
+            strategy.as_str(),
+            format!(
+                "ddp or single_device under manual optimization: {strategy} shards one optimizer's state"
+            ),
+        )
+        .into());
     }
     Ok(())
 }

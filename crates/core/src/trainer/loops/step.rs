@@ -18,6 +18,7 @@ use crate::plugins::access::ModelGradients;
 use crate::plugins::dtype;
 use crate::plugins::weights::ModelWeights;
 use crate::trainer::Trainer;
+use crate::trainer::log::StepLog;
 
 /// One optimizer, the scheduler that gives its rate, and the rate in effect.
 pub(in crate::trainer) struct Slot<O, S> {
@@ -39,7 +40,30 @@ pub(in crate::trainer) struct StepContext<'a, B: AutodiffBackend> {
     pub(in crate::trainer) metrics: Vec<(&'static str, f64)>,
 }
 
-impl<B: AutodiffBackend> StepContext<'_, B> {
+impl<'a, B: AutodiffBackend> StepContext<'a, B> {
+    /// The context of the steps of one batch; `scheduler_per_step` unless the schedulers
+    /// step once per epoch.
+    pub(in crate::trainer) fn new(
+        trainer: &'a mut Trainer<B>,
+        (state, checkpoint_io): (&'a mut TrainerState, &'a dyn CheckpointIO),
+        scheduler_per_step: bool,
+    ) -> Self {
+        Self {
+            trainer,
+            state,
+            checkpoint_io,
+            scheduler_per_step,
+            metrics: Vec::new(),
+        }
+    }
+
+    /// Logs what the precision plugin reported at the steps taken.
+    pub(in crate::trainer) fn log_metrics(self, log: &mut StepLog<B>) {
+        for (name, value) in self.metrics {
+            log.log(name, value);
+        }
+    }
+
     /// Optimizer `index` (`slot`) steps `model` with `grads`: reduced over the ranks by the
     /// strategy, unscaled, checked and clipped (`clip`) by the precision plugin, then the
     /// optimizer at its scheduler's rate (and modules with a share of the rate in steps of

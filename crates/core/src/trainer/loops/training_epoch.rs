@@ -203,31 +203,25 @@ where
         let clip = options
             .gradient_clip_val
             .map(|threshold| (options.gradient_clip_algorithm, threshold));
-        let mut cx = StepContext {
-            trainer: &mut *self.trainer,
-            state: &mut self.run.state,
-            checkpoint_io: self.run.checkpoint_io.as_ref(),
-            scheduler_per_step: self.opt.interval == SchedulerInterval::Step,
-            metrics: Vec::new(),
-        };
+        let mut cx = StepContext::new(
+            &mut *self.trainer,
+            self.run.step_parts(),
+            self.opt.steps_schedulers(),
+        );
         let slot = (0, &mut self.opt.slots[0]);
         self.opt.model = cx.step(slot, self.opt.model, grads, clip)?;
-        for (name, value) in cx.metrics {
-            log.log(name, value);
-        }
+        cx.log_metrics(log);
         Ok(self)
     }
 
     /// The model's `manual_training_step`, with the optimizers to step.
     fn manual_batch(mut self, batch: M::Batch, log: &mut StepLog<B>) -> anyhow::Result<Self> {
         let mut manual = ManualOptimization {
-            cx: StepContext {
-                trainer: &mut *self.trainer,
-                state: &mut self.run.state,
-                checkpoint_io: self.run.checkpoint_io.as_ref(),
-                scheduler_per_step: self.opt.interval == SchedulerInterval::Step,
-                metrics: Vec::new(),
-            },
+            cx: StepContext::new(
+                &mut *self.trainer,
+                self.run.step_parts(),
+                self.opt.steps_schedulers(),
+            ),
             slots: &mut self.opt.slots,
             model: PhantomData,
         };
@@ -235,9 +229,7 @@ where
             .opt
             .model
             .manual_training_step(batch, &mut manual, log)?;
-        for (name, value) in manual.cx.metrics {
-            log.log(name, value);
-        }
+        manual.cx.log_metrics(log);
         Ok(self)
     }
 
