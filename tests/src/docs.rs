@@ -7,14 +7,31 @@ fn normalized(text: &str) -> String {
     lines.collect::<Vec<_>>().join("\n")
 }
 
-/// Asserts that the section of `doc` under the heading `heading` (up to the next `## `) has
-/// `count` Rust snippets and that each is in `source`.
+/// The text under `heading` (`### Fine-tuning`) up to the next heading of its level or above,
+/// headings inside code blocks (YAML comments) aside.
+fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let start = doc
+        .find(&format!("{heading}\n"))
+        .unwrap_or_else(|| panic!("the doc has no section `{heading}`"))
+        + heading.len();
+    let rest = &doc[start..];
+    let (mut at, mut in_code) = (0, false);
+    for line in rest.split_inclusive('\n') {
+        in_code ^= line.starts_with("```");
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if !in_code && (1..=level).contains(&hashes) && line[hashes..].starts_with(' ') {
+            break;
+        }
+        at += line.len();
+    }
+    &rest[..at]
+}
+
+/// Asserts that the section of `doc` under the heading `heading` (up to the next heading of its
+/// level or above) has `count` Rust snippets and that each is in `source`.
 pub fn assert_snippets_in(doc: &str, heading: &str, source: &str, count: usize) {
-    let section = doc
-        .split(heading)
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .unwrap_or_else(|| panic!("the doc has no section `{heading}`"));
+    let section = section(doc, heading);
     let source = normalized(source);
     let snippets: Vec<&str> = (section.split("```rust\n").skip(1))
         .map(|rest| rest.split("```").next().unwrap_or_default())

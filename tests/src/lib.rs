@@ -11,6 +11,7 @@ pub mod pair;
 pub mod process;
 pub mod regression;
 pub mod resume;
+pub mod tuned;
 pub mod wide;
 
 use burn_autodiff::Autodiff;

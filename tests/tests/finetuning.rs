@@ -4,105 +4,19 @@
 //! share of the rate (`test_finetuning_callback`), a fit with it resumed exactly
 //! (`test_callbacks_restore_backbone`), and the model summary showing what is frozen.
 
-use std::path::Path;
-
-use burn::data::dataset::InMemDataset;
-use burn::module::Module;
-use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
-use burn::optim::{GradientsParams, SgdConfig};
+use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::callbacks::{BackboneFinetuning, BackboneFinetuningConfig, Callback, CallbackContext};
 use ember::finetune::{freeze, trainable_under, unfreeze};
 use ember::trainer::summary::summarize;
-use ember::{
-    DataLoaders, Hparams, LightningModule, Loader, Optimizers, Plan, Precision, StepLog, Trainer,
-    TrainerOptions, TrainingModule, optim,
-};
-use ember_acceptance::regression::{Batch, FEATURES, Item, ItemBatcher, items, serial};
+use ember::{Plan, Precision, Trainer, TrainerOptions};
+use ember_acceptance::regression::{Batch, ItemBatcher, items, serial};
 use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
+use ember_acceptance::tuned::{LR, Tuned, data, options};
 
 type B = Autodiff<Flex>;
-
-#[derive(Module, Debug)]
-struct Backbone<B: Backend> {
-    linear: Linear<B>,
-    norm: BatchNorm<B>,
-}
-
-/// A backbone (a linear layer and a batch norm) under a linear head, trained by SGD at 0.05.
-#[derive(Module, Debug)]
-struct Tuned<B: Backend> {
-    backbone: Backbone<B>,
-    head: Linear<B>,
-}
-
-impl<B: Backend> Tuned<B> {
-    /// A model whose weights are drawn now (burn draws a parameter when it is first read, and
-    /// a clone of an unread model draws its own).
-    fn new(device: &B::Device) -> Self {
-        let model = Self {
-            backbone: Backbone {
-                linear: LinearConfig::new(FEATURES, 4).init(device),
-                norm: BatchNormConfig::new(4).init(device),
-            },
-            head: LinearConfig::new(4, 1).init(device),
-        };
-        float_bytes(&model);
-        model
-    }
-
-    fn loss(&self, batch: &Batch<B>) -> Tensor<B, 1> {
-        let hidden = self
-            .backbone
-            .norm
-            .forward(self.backbone.linear.forward(batch.x.clone()));
-        let diff = self.head.forward(hidden.tanh()) - batch.y.clone();
-        diff.square().mean()
-    }
-}
-
-impl<B: Backend> LightningModule<B> for Tuned<B> {
-    type Batch = Batch<B>;
-
-    fn training_step(&self, batch: Batch<B>, log: &mut StepLog<B>) -> Tensor<B, 1> {
-        let loss = self.loss(&batch);
-        log.log("train_loss", &loss);
-        loss
-    }
-}
-
-const LR: f64 = 0.05;
-
-impl<B: AutodiffBackend> TrainingModule<B> for Tuned<B> {
-    type Optimizer = optim::Sgd<Self, B>;
-    type Scheduler = f64;
-
-    fn configure_optimizers(&self, _: &Hparams) -> anyhow::Result<Optimizers<Self::Optimizer>> {
-        Ok(Optimizers::new(SgdConfig::new().init(), LR))
-    }
-}
-
-/// 16 training items in batches of `batch`.
-fn data(batch: usize) -> DataLoaders<Item, ItemBatcher> {
-    DataLoaders::new(ItemBatcher).train(Loader::new(InMemDataset::new(items(16, 0)), batch))
-}
-
-fn options(root: &Path, max_epochs: u64) -> TrainerOptions {
-    TrainerOptions {
-        seed: Some(5),
-        max_epochs: Some(max_epochs),
-        enable_progress_bar: false,
-        enable_model_summary: false,
-        enable_checkpointing: false,
-        logger: Vec::new(),
-        log_every_n_steps: 1,
-        default_root_dir: root.to_owned(),
-        ..TrainerOptions::default()
-    }
-}
 
 fn finetuning(unfreeze_at: u64, ratio: f64, multiplier: f64) -> BackboneFinetuning {
     BackboneFinetuning::new(BackboneFinetuningConfig {

@@ -18,6 +18,7 @@ pub mod callbacks;
 pub mod checkpoint_io;
 pub mod cli;
 pub mod context;
+pub mod factories;
 pub mod finetune;
 pub mod host_alloc;
 pub mod host_float;

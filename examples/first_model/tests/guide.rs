@@ -1,6 +1,6 @@
 //! docs/getting-started.md stays true: each of its Rust snippets is taken from this example
-//! (or from the acceptance test of the Trainer without the CLI), and the program it builds
-//! trains.
+//! (or from the acceptance test of the Trainer without the CLI, or, for the training patterns,
+//! from the tests and examples of each), and the program it builds trains.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -18,11 +18,18 @@ fn normalized(text: &str) -> String {
 #[test]
 fn every_rust_snippet_of_the_guide_is_taken_from_compiled_code() {
     let guide = include_str!("../../../docs/getting-started.md");
-    let sources = normalized(&format!(
-        "{}\n{}",
-        include_str!("../src/main.rs"),
-        include_str!("../../../tests/tests/first_model.rs")
-    ));
+    let sources = normalized(
+        &[
+            include_str!("../src/main.rs"),
+            include_str!("../../../tests/tests/first_model.rs"),
+            // "Training patterns" shows code of the tests and examples of each.
+            include_str!("../../gan/src/lib.rs"),
+            include_str!("../../../tests/tests/multiple_loaders.rs"),
+            include_str!("../../../tests/tests/finetuning.rs"),
+            include_str!("../../../tests/tests/weight_averaging.rs"),
+        ]
+        .join("\n"),
+    );
     let snippets: Vec<&str> = guide
         .split("```rust\n")
         .skip(1)

@@ -12,11 +12,16 @@ mod finetuning;
 mod lr_monitor;
 mod model_checkpoint;
 mod progress;
+mod swa;
+mod weight_averaging;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::Context;
+use burn::module::ParamId;
+use burn::tensor::TensorData;
 use serde_json::Value;
 
 pub use device_stats::DeviceStatsMonitor;
@@ -25,12 +30,15 @@ pub use finetuning::{BackboneFinetuning, BackboneFinetuningConfig, Freeze};
 pub use lr_monitor::LearningRateMonitor;
 pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointConfig};
 pub use progress::ProgressBar;
+pub use swa::{AnnealingStrategy, StochasticWeightAveraging, SwaConfig, SwaEpochStart};
+pub use weight_averaging::{AveragedWeights, EMAWeightAveraging, EmaConfig};
 
 use crate::accelerator::DeviceStats;
 use crate::checkpoint_io::CheckpointIO;
 use crate::error::{FlagError, PlanResult};
 use crate::loggers::Loggers;
 use crate::options::{CallbackSpec, callback_key, init_args, unknown_callback};
+use crate::plugins::weights::Weights;
 use crate::stage::Stage;
 
 /// Whether a monitored value should go down or up.
@@ -107,6 +115,13 @@ pub struct TrainerState {
     /// the scheduler's rate, in a step of their own (burn's optimizers keep their state per
     /// parameter, so that is exactly a parameter group's rate).
     pub lr_factors: BTreeMap<String, f64>,
+    /// A rate that replaces optimizer 0's scheduler from the next step on
+    /// (StochasticWeightAveraging's); the scheduler keeps stepping underneath.
+    pub lr_override: Option<f64>,
+    /// Set by a callback in `on_fit_end` (StochasticWeightAveraging, after loading its
+    /// average): `fit` then recomputes the batch-norm statistics for the weights the model
+    /// holds with a forward pass over the training data.
+    pub recompute_batch_norm: bool,
 }
 
 impl TrainerState {
@@ -121,20 +136,65 @@ impl TrainerState {
     }
 }
 
-/// The states of `callbacks` by key.
-pub(crate) fn states_of(callbacks: &[Box<dyn Callback>]) -> CallbackStates {
-    callbacks
-        .iter()
-        .filter_map(|c| c.state().map(|s| (c.state_key(), s)))
-        .collect()
-}
-
 /// Every callback's checkpointed state, by [`Callback::state_key`].
 pub type CallbackStates = BTreeMap<String, Value>;
 
-/// Writes a checkpoint of the current model and optimizer, with the callbacks' states, to a
-/// path (during `fit`).
-pub(crate) type Saver<'a> = &'a dyn Fn(&Path, &TrainerState, &CallbackStates) -> anyhow::Result<()>;
+/// One callback's tensors in a checkpoint, by the names it gave them.
+pub type CallbackTensors = BTreeMap<String, TensorData>;
+
+/// What `callbacks` put into a checkpoint: their states (with `own_state`, the state of the
+/// callback that saves, which is not among them), their tensors by state key, and their
+/// edits of `weights` ([`Callback::on_save_checkpoint`]).
+pub(crate) fn checkpoint_parts(
+    callbacks: &[&dyn Callback],
+    own_state: Option<(String, Value)>,
+    weights: &mut [(String, ParamId, TensorData)],
+) -> anyhow::Result<(CallbackStates, BTreeMap<String, CallbackTensors>)> {
+    let mut states = CallbackStates::new();
+    let mut tensors = BTreeMap::new();
+    for c in callbacks {
+        if let Some(state) = c.state() {
+            states.insert(c.state_key(), state);
+        }
+        let mut own = CallbackTensors::new();
+        let mut checkpoint = CheckpointTensors {
+            weights: &mut *weights,
+            own: &mut own,
+        };
+        (c.on_save_checkpoint(&mut checkpoint))
+            .with_context(|| format!("in callback {}, saving a checkpoint", c.name()))?;
+        if !own.is_empty() {
+            tensors.insert(c.state_key(), own);
+        }
+    }
+    states.extend(own_state);
+    Ok((states, tensors))
+}
+
+/// The tensors of a checkpoint written or read during `fit` that a callback may rewrite
+/// (Lightning's `on_save_checkpoint` and `on_load_checkpoint` on the checkpoint's dict).
+pub struct CheckpointTensors<'a> {
+    /// The model's weights: module path, burn's parameter id and data (as
+    /// [`trainer::checkpoint::Weight`](crate::trainer::checkpoint::Weight)).
+    pub weights: &'a mut [(String, ParamId, TensorData)],
+    /// This callback's own tensors by name (in the file as `__callbacks__.<state key>.<name>`).
+    pub own: &'a mut CallbackTensors,
+}
+
+/// Writes a checkpoint of the current model and optimizer to a path (during `fit`), with what
+/// the callbacks given put into it, and the saving callback's own state.
+pub(crate) type Saver<'a> = &'a dyn Fn(
+    &Path,
+    &TrainerState,
+    &[&dyn Callback],
+    Option<(String, Value)>,
+) -> anyhow::Result<()>;
+
+/// Lends the model's weights during `fit`.
+pub(crate) trait WeightsAccess {
+    /// Calls `f` with the model's weights.
+    fn with(&self, f: &mut dyn FnMut(&mut dyn Weights));
+}
 
 /// What a hook gets besides the state.
 pub struct CallbackContext<'a> {
@@ -143,6 +203,7 @@ pub struct CallbackContext<'a> {
     /// The run's loggers (empty on ranks other than 0).
     pub loggers: &'a mut Loggers,
     pub(crate) saver: Option<Saver<'a>>,
+    pub(crate) weights: Option<&'a dyn WeightsAccess>,
     /// The other callbacks (their states go into checkpoints saved from this hook).
     pub(crate) others: [&'a [Box<dyn Callback>]; 2],
     /// The calling callback's own state for those checkpoints, once it gave it.
@@ -160,10 +221,19 @@ impl CallbackContext<'_> {
         let Some(save) = self.saver else {
             anyhow::bail!("checkpoints can only be saved during fit");
         };
-        let mut states = states_of(self.others[0]);
-        states.extend(states_of(self.others[1]));
-        states.extend(self.own_state.clone());
-        save(path, self.state, &states)
+        let others = self.others.iter().flat_map(|part| part.iter());
+        let callbacks: Vec<&dyn Callback> = others.map(|c| c.as_ref()).collect();
+        save(path, self.state, &callbacks, self.own_state.clone())
+    }
+
+    /// Calls `f` with the model's weights during `fit` (`None` in other entry points and in
+    /// `setup` and `teardown`): to read them, or to load others in their place, as weight
+    /// averaging does for validation.
+    pub fn with_weights<T>(&mut self, f: impl FnOnce(&mut dyn Weights) -> T) -> Option<T> {
+        let access = self.weights?;
+        let (mut f, mut out) = (Some(f), None);
+        access.with(&mut |weights| out = f.take().map(|f| f(weights)));
+        out
     }
 
     /// The calling callback's state, for the checkpoints it saves in this hook (a callback
@@ -202,6 +272,20 @@ pub trait Callback {
 
     /// Restores what [`state`](Self::state) returned, when `fit` resumes from a checkpoint.
     fn load_state(&mut self, state: &Value) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// When a checkpoint is written during `fit` (by any callback but this one, or on a stop
+    /// signal): may replace the weights it holds and add tensors of its own (weight averaging
+    /// saves its averages as the weights, and the weights training continues from as its own).
+    fn on_save_checkpoint(&self, checkpoint: &mut CheckpointTensors<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// When `fit` resumes, after [`load_state`](Self::load_state) and before the weights are
+    /// loaded into the model: gets what [`on_save_checkpoint`](Self::on_save_checkpoint) left
+    /// and may edit the weights (empty `own` tensors when the checkpoint has none of its own).
+    fn on_load_checkpoint(&mut self, checkpoint: &mut CheckpointTensors<'_>) -> anyhow::Result<()> {
         Ok(())
     }
 
@@ -299,6 +383,10 @@ pub fn from_spec(
         Some("LearningRateMonitor") => Box::new(LearningRateMonitor::new(init_args(spec)?)),
         Some("DeviceStatsMonitor") => Box::new(DeviceStatsMonitor::new(init_args(spec)?)),
         Some("ProgressBar") => Box::new(ProgressBar::new(init_args(spec)?)),
+        Some("EMAWeightAveraging") => Box::new(EMAWeightAveraging::new(init_args(spec)?)?),
+        Some("StochasticWeightAveraging") => {
+            Box::new(StochasticWeightAveraging::new(init_args(spec)?)?)
+        }
         _ => {
             let key = callback_key(&spec.class_path);
             let Some((_, factory)) = registered.iter().find(|(n, _)| callback_key(n) == key) else {

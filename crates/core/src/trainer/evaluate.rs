@@ -162,7 +162,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 .map(|loader| schedule::eval_batches(&self.options, limit, loader.num_batches()))
                 .collect();
             run.state.num_eval_batches = batches.first().copied().unwrap_or(0);
-            run.hook(None, |c, x| match stage {
+            run.hook(|c, x| match stage {
                 Stage::Test => c.on_test_start(x),
                 _ => c.on_validation_start(x),
             })?;
@@ -174,7 +174,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 (&loaders, &D::Batcher::from_data_module(data)),
             )?;
             run.publish(&metrics, true)?;
-            run.hook(None, |c, x| match stage {
+            run.hook(|c, x| match stage {
                 Stage::Test => c.on_test_end(x),
                 _ => c.on_validation_end(x),
             })?;

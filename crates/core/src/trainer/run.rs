@@ -1,6 +1,7 @@
 //! The state one entry point (fit, validate, test, predict) works with, its callback hooks,
 //! and what a `fit` checkpoint is written from.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::rc::Rc;
@@ -13,22 +14,24 @@ use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
 use crate::accelerator::DeviceStats;
-use crate::callbacks::{self, Callback, CallbackContext, Saver, TrainerState};
+use crate::callbacks::{self, Callback, CallbackContext, Saver, TrainerState, WeightsAccess};
 use crate::checkpoint_io::CheckpointIO;
 use crate::loggers::Loggers;
 use crate::optim::{self, ExactState};
 use crate::plugins::precision::PrecisionPlugin;
+use crate::plugins::weights::{ModelWeights, Weights};
 use crate::stage::Stage;
 use crate::trainer::Trainer;
-use crate::trainer::checkpoint::{Checkpoint, Progress, record_bytes, weights_of};
+use crate::trainer::checkpoint::{Checkpoint, ExtraTensors, Progress, record_bytes, weights_of};
 use crate::trainer::loops::optimization::SlotSections;
 use crate::trainer::loops::step::Slot;
 use crate::trainer::state_gather::StateGather;
 
 /// What a `fit` checkpoint holds besides the loop's state: the model, the optimizers, their
-/// schedulers and the precision plugin's state as they are now.
+/// schedulers and the precision plugin's state as they are now. It lends the model's weights
+/// to callbacks (which may change them between saves).
 pub(super) struct FitParts<'a, B, M, O, S> {
-    model: &'a M,
+    model: &'a RefCell<&'a mut M>,
     slots: &'a [Slot<O, S>],
     precision: &'a dyn PrecisionPlugin,
     /// Where the optimizer's state is sharded: how rank 0 gathers it.
@@ -44,7 +47,7 @@ where
     S: LrScheduler,
 {
     pub(super) fn new(
-        model: &'a M,
+        model: &'a RefCell<&'a mut M>,
         slots: &'a [Slot<O, S>],
         precision: &'a dyn PrecisionPlugin,
         gather: Option<&'a StateGather>,
@@ -66,7 +69,7 @@ where
         };
         gather.serve(|| {
             // Optimizer 0's: a strategy that shards the state runs one optimizer.
-            let dtypes = param_dtypes(&weights_of::<B, M>(self.model)?);
+            let dtypes = param_dtypes(&weights_of::<B, M>(&**self.model.borrow())?);
             self.slots[0]
                 .optimizer
                 .state(&dtypes)
@@ -75,14 +78,15 @@ where
     }
 
     /// Writes a checkpoint: weights, optimizer, scheduler, the precision plugin's state,
-    /// progress, seed, callback states and hyperparameters.
+    /// progress, seed, hyperparameters, and what `callbacks` put in (with `own_state`, the
+    /// state of a saving callback not among them).
     pub(super) fn save(
         &self,
         io: &dyn CheckpointIO,
         (seed, hparams): (u64, &Value),
         path: &Path,
         state: &TrainerState,
-        callback_states: &callbacks::CallbackStates,
+        (callbacks, own_state): (&[&dyn Callback], Option<(String, Value)>),
     ) -> anyhow::Result<()> {
         let progress = Progress {
             epoch: state.epoch,
@@ -91,8 +95,10 @@ where
             learning_rate: state.learning_rate,
             seed,
         };
-        let weights = weights_of::<B, M>(self.model)?;
+        let mut weights = weights_of::<B, M>(&**self.model.borrow())?;
         let dtypes = param_dtypes(&weights);
+        let (callback_states, callback_tensors) =
+            callbacks::checkpoint_parts(callbacks, own_state, &mut weights)?;
         let mut sections = Vec::new();
         let mut state_tensors = Vec::new();
         for (index, slot) in self.slots.iter().enumerate() {
@@ -127,7 +133,10 @@ where
             let rates: Vec<f64> = self.slots.iter().map(|s| s.lr).collect();
             sections.push((SlotSections::RATES.to_owned(), serde_json::to_vec(&rates)?));
         }
-        sections.push(("callbacks".to_owned(), serde_json::to_vec(callback_states)?));
+        sections.push((
+            "callbacks".to_owned(),
+            serde_json::to_vec(&callback_states)?,
+        ));
         if let Some(precision_state) = self.precision.state() {
             let bytes = serde_json::to_vec(&precision_state)?;
             sections.push((self.precision.state_key(), bytes));
@@ -138,10 +147,24 @@ where
         // Copies of the weights and serialised records are taken here; checksumming and
         // assembling the file may happen on the checkpoint IO's thread.
         let metrics = state.callback_metrics.clone();
-        let encode = move || {
-            Checkpoint::encode_with_state(progress, metrics, weights, state_tensors, sections)
+        let extra = ExtraTensors {
+            optimizer_state: state_tensors,
+            callbacks: callback_tensors,
         };
+        let encode =
+            move || Checkpoint::encode_with_state(progress, metrics, weights, extra, sections);
         io.save_encoded(Box::new(encode), path)
+    }
+}
+
+impl<B, M, O, S> WeightsAccess for FitParts<'_, B, M, O, S>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    fn with(&self, f: &mut dyn FnMut(&mut dyn Weights)) {
+        let mut model = self.model.borrow_mut();
+        f(&mut ModelWeights::<B, M>::new(&mut **model));
     }
 }
 
@@ -158,6 +181,9 @@ fn unreadable() -> anyhow::Result<optim::OptimizerState> {
         "the strategy shards the optimizer's state, which ember reads for Adam, AdamW and SGD only: use one of those, or ddp"
     )
 }
+
+/// What callbacks may reach in a hook during `fit`: a checkpoint saver and the model's weights.
+type FitAccess<'a> = (Option<Saver<'a>>, Option<&'a dyn WeightsAccess>);
 
 /// The parts of the Trainer one entry point works with.
 pub(super) struct Run {
@@ -179,13 +205,14 @@ impl Run {
 
     fn context<'a>(
         &'a mut self,
-        saver: Option<Saver<'a>>,
+        (saver, weights): FitAccess<'a>,
         others: [&'a [Box<dyn Callback>]; 2],
     ) -> CallbackContext<'a> {
         CallbackContext {
             state: &mut self.state,
             loggers: &mut self.loggers,
             saver,
+            weights,
             others,
             own_state: None,
             io: self.checkpoint_io.as_ref(),
@@ -196,7 +223,15 @@ impl Run {
     /// Calls one hook on every callback, in order; the first error stops and names the callback.
     pub(super) fn hook(
         &mut self,
-        saver: Option<Saver<'_>>,
+        f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        self.hook_with((None, None), f)
+    }
+
+    /// [`hook`](Self::hook), with what callbacks may reach during `fit`.
+    fn hook_with(
+        &mut self,
+        access: FitAccess<'_>,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let mut callbacks = std::mem::take(&mut self.callbacks);
@@ -205,7 +240,7 @@ impl Run {
                 // The others stay readable: a checkpoint saved from this hook records their states.
                 let (before, rest) = callbacks.split_at_mut(i);
                 let (c, after) = rest.split_first_mut().expect("i is below the length");
-                let mut ctx = self.context(saver, [&*before, &*after]);
+                let mut ctx = self.context(access, [&*before, &*after]);
                 f(c.as_mut(), &mut ctx).with_context(|| format!("in callback {}", c.name()))?;
             }
             Ok(())
@@ -214,10 +249,12 @@ impl Run {
         result
     }
 
-    /// A hook during `fit`, where callbacks may save checkpoints of the model and optimizer.
+    /// A hook during `fit`, where callbacks reach the model's weights and, where `saves`, may
+    /// save checkpoints of the model and optimizer.
     pub(super) fn hook_fit<B, M, O, S>(
         &mut self,
         parts: &FitParts<'_, B, M, O, S>,
+        saves: bool,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()>
     where
@@ -231,10 +268,13 @@ impl Run {
             self.seed,
             Rc::clone(&self.hparams),
         );
-        let save = |path: &Path, state: &TrainerState, states: &callbacks::CallbackStates| {
-            parts.save(io.as_ref(), (seed, &hparams), path, state, states)
+        let save = |path: &Path, state: &TrainerState, callbacks: &[&dyn Callback], own| {
+            parts.save(io.as_ref(), (seed, &hparams), path, state, (callbacks, own))
         };
-        self.hook(Some(&save), f)?;
+        match saves {
+            true => self.hook_with((Some(&save), Some(parts)), f)?,
+            false => self.hook_with((None, Some(parts)), f)?,
+        }
         parts.serve_state()
     }
 
@@ -314,7 +354,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             seed: self.seed,
             hparams: Rc::new(self.hparams.clone()),
         };
-        run.hook(None, |c, x| c.setup(x))?;
+        run.hook(|c, x| c.setup(x))?;
         Ok(run)
     }
 
@@ -325,12 +365,12 @@ impl<B: AutodiffBackend> Trainer<B> {
         result: anyhow::Result<T>,
     ) -> anyhow::Result<T> {
         if let Err(e) = &result {
-            let _ = run.hook(None, |c, x| {
+            let _ = run.hook(|c, x| {
                 c.on_exception(x, e);
                 Ok(())
             });
         }
-        let teardown = run.hook(None, |c, x| c.teardown(x));
+        let teardown = run.hook(|c, x| c.teardown(x));
         let written = run.checkpoint_io.wait();
         let saved = run.loggers.save();
         self.callbacks = run.callbacks;

@@ -25,6 +25,27 @@ pub fn weights_of<B: Backend, M: Module<B>>(model: &M) -> anyhow::Result<Vec<Wei
     Ok(collect.weights)
 }
 
+/// burn's id of every float parameter of `model` by module path. Loading a checkpoint gives
+/// parameters its ids but leaves running states (batch-norm statistics) theirs, so a loaded
+/// model's ids are read here, not from the checkpoint.
+pub(crate) fn param_ids<B: Backend, M: Module<B>>(model: &M) -> BTreeMap<String, ParamId> {
+    struct CollectIds(Vec<String>, BTreeMap<String, ParamId>);
+    impl<B: Backend> ModuleVisitor<B> for CollectIds {
+        fn enter_module(&mut self, name: &str, _: &str) {
+            self.0.push(name.to_owned());
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.0.pop();
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.1.insert(self.0.join("."), param.id);
+        }
+    }
+    let mut collect = CollectIds(Vec::new(), BTreeMap::new());
+    model.visit(&mut collect);
+    collect.1
+}
+
 /// Initialises every lazily created parameter of `model` in place, in visit order.
 ///
 /// burn creates parameters lazily: each draws its random values when it is first read, and a

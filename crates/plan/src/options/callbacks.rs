@@ -16,7 +16,7 @@ pub struct CallbackSpec {
 }
 
 /// The callbacks config can name, with what each does (ember-core builds them).
-pub const CALLBACK_NAMES: [(&str, &str); 6] = [
+pub const CALLBACK_NAMES: [(&str, &str); 8] = [
     (
         "ModelCheckpoint",
         "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename)",
@@ -28,6 +28,14 @@ pub const CALLBACK_NAMES: [(&str, &str); 6] = [
     (
         "BackboneFinetuning",
         "freeze the model's backbone, then train it at a rising share of the rate (backbone, unfreeze_backbone_at_epoch, multiplier, backbone_initial_ratio_lr, should_align, train_bn)",
+    ),
+    (
+        "EMAWeightAveraging",
+        "validate, save and end fit with an exponential moving average of the weights (decay, update_every_n_steps, update_starting_at_step, update_starting_at_epoch)",
+    ),
+    (
+        "StochasticWeightAveraging",
+        "average the weights of the last epochs at a constant or annealed rate (swa_lrs, swa_epoch_start, annealing_epochs, annealing_strategy)",
     ),
     (
         "LearningRateMonitor",

@@ -62,7 +62,7 @@ impl EvaluationLoop {
                 }
                 collector.collect(&mut log, false);
                 run.state.batch_idx = i;
-                run.hook(None, |c, x| {
+                run.hook(|c, x| {
                     if test {
                         c.on_test_batch_end(x)
                     } else {

@@ -2,6 +2,7 @@
 //! epochs of the training epoch loop until a limit or a stop, and tears the strategy down.
 //! Its state lives in [`FitLoop`]; one epoch is in `training_epoch.rs`.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -104,14 +105,25 @@ where
         })
     }
 
-    /// Calls a hook with a checkpoint saver over the current model, optimizer and scheduler.
+    /// Calls a hook with the model's weights and a checkpoint saver over the current model,
+    /// optimizer and scheduler.
     pub(super) fn fit_hook(
         &mut self,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let (opt, precision) = (&self.opt, self.trainer.precision());
-        let parts = FitParts::new(&opt.model, &opt.slots, precision, self.gather.as_ref());
-        self.run.hook_fit(&parts, f)
+        self.hook_with(true, f)
+    }
+
+    /// Calls a hook with the model's weights, and a checkpoint saver where `saves`.
+    fn hook_with(
+        &mut self,
+        saves: bool,
+        f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let precision = self.trainer.precision();
+        let model = RefCell::new(&mut self.opt.model);
+        let parts = FitParts::new(&model, &self.opt.slots, precision, self.gather.as_ref());
+        self.run.hook_fit(&parts, saves, f)
     }
 
     /// Runs the fit to its end and returns what it trained.
@@ -162,6 +174,9 @@ where
         let optimizer = &opt.slots[0].optimizer;
         check_optimizer_state::<B, M>(&mut *self.trainer.strategy, &weights, optimizer)?;
         self.fit_hook(|c, x| c.on_fit_end(x))?;
+        if std::mem::take(&mut self.run.state.recompute_batch_norm) {
+            self.recompute_batch_norm(&train, batcher)?;
+        }
         let run = &self.run;
         Ok(FitOutcome {
             model: self.opt.model,
@@ -198,7 +213,7 @@ where
         }
         self.run.state.num_eval_batches = batches.first().copied().unwrap_or(0);
         self.run.state.dataloader_idx = 0;
-        self.run.hook(None, |c, x| c.on_validation_start(x))?;
+        self.hook_with(false, |c, x| c.on_validation_start(x))?;
         let model = self.trainer.eval_model(&self.opt.model);
         let pass = EvaluationLoop {
             stage: Stage::Validate,
@@ -218,7 +233,7 @@ where
             self.run.publish(&metrics, true)?;
             self.fit_hook(|c, x| c.on_validation_end(x))
         } else {
-            self.run.hook(None, |c, x| c.on_validation_end(x))
+            self.hook_with(false, |c, x| c.on_validation_end(x))
         }
     }
 

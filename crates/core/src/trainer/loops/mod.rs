@@ -4,10 +4,12 @@
 //!
 //! - [`fit::FitLoop`]: restore, sanity check, epochs, teardown (`fit.rs`), one epoch of
 //!   training batches and optimizer steps (`training_epoch.rs`);
+//! - `batch_norm.rs`: batch-norm statistics recomputed for averaged weights;
 //! - [`optimization`]: the optimizers; [`step`]: one optimizer step, automatic or manual;
 //! - [`evaluation::EvaluationLoop`]: a validation or test pass;
 //! - [`prediction::PredictionLoop`]: predictions, sharded across ranks and gathered back.
 
+mod batch_norm;
 pub(super) mod evaluation;
 pub(super) mod fit;
 pub(crate) mod optimization;

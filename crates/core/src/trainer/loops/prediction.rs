@@ -45,7 +45,7 @@ impl PredictionLoop {
             let batch = loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?;
             outputs.push(model.predict_step(batch).into_value()?);
             run.state.batch_idx = i;
-            run.hook(None, |c, x| c.on_predict_batch_end(x))?;
+            run.hook(|c, x| c.on_predict_batch_end(x))?;
         }
         let Some(ranks) = trainer.ranks() else {
             return Ok(outputs);

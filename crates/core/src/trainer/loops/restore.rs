@@ -15,14 +15,15 @@ use burn::tensor::backend::AutodiffBackend;
 use super::fit::{FitLoop, Position};
 use super::optimization::{Optimization, SlotSections};
 use super::schedule::FitSchedule;
-use crate::callbacks;
+use crate::callbacks::{self, Callback, CheckpointTensors};
 use crate::optim::{self, ExactState};
 use crate::plugins::dtype;
 use crate::plugins::weights::ModelWeights;
 use crate::trainer::Trainer;
-use crate::trainer::checkpoint::Checkpoint;
+use crate::trainer::checkpoint::{Checkpoint, Weight};
 use crate::trainer::module::{SchedulerInterval, TrainingModule};
 use crate::trainer::run::Run;
+use crate::trainer::weights::param_ids;
 
 impl<B, M> FitLoop<'_, B, M>
 where
@@ -38,8 +39,12 @@ where
         mut opt: Optimization<B, M>,
         path: &Path,
     ) -> anyhow::Result<(Optimization<B, M>, Position)> {
-        let checkpoint = Checkpoint::decode(&trainer.checkpoint_io().load(path)?, path)?;
+        let mut checkpoint = Checkpoint::decode(&trainer.checkpoint_io().load(path)?, path)?;
         opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
+        let ids = param_ids::<B, M>(&opt.model);
+        if restore_callbacks(&mut run.callbacks, &mut checkpoint, &ids, path)? {
+            opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
+        }
         let saved = (1..)
             .take_while(|&i| {
                 checkpoint
@@ -80,17 +85,6 @@ where
             let corrupt = || format!("{}: corrupt {key} section", path.display());
             let state: serde_json::Value = serde_json::from_slice(bytes).with_context(corrupt)?;
             precision.load_state(&state).with_context(corrupt)?;
-        }
-        if let Some(bytes) = checkpoint.sections.get("callbacks") {
-            let states: callbacks::CallbackStates = serde_json::from_slice(bytes)
-                .with_context(|| format!("{}: corrupt callbacks section", path.display()))?;
-            for c in &mut run.callbacks {
-                if let Some(state) = states.get(&c.state_key()) {
-                    c.load_state(state).with_context(|| {
-                        format!("restoring callback {} from {}", c.name(), path.display())
-                    })?;
-                }
-            }
         }
         let h = &checkpoint.header;
         if trainer.options.seed.is_none() {
@@ -181,4 +175,55 @@ where
         let record = checkpoint.record::<B, _>(section, &trainer.device, path)?;
         Ok(optimizer.load_record(record))
     }
+}
+
+/// Gives every callback its state and tensors from `checkpoint`, and lets it edit the weights
+/// ([`Callback::on_load_checkpoint`]), each under the id its parameter has in the loaded model
+/// (`ids`). Returns whether a callback replaced a weight (then they are loaded again).
+fn restore_callbacks(
+    callbacks: &mut [Box<dyn Callback>],
+    checkpoint: &mut Checkpoint,
+    ids: &BTreeMap<String, ParamId>,
+    path: &Path,
+) -> anyhow::Result<bool> {
+    let states: callbacks::CallbackStates = match checkpoint.sections.get("callbacks") {
+        Some(bytes) => serde_json::from_slice(bytes)
+            .with_context(|| format!("{}: corrupt callbacks section", path.display()))?,
+        None => Default::default(),
+    };
+    let mut weights: Vec<Weight> = std::mem::take(&mut checkpoint.weights)
+        .into_iter()
+        .map(|(name, data)| {
+            let id = ids.get(&name).copied().unwrap_or_else(ParamId::new);
+            (name, id, data)
+        })
+        .collect();
+    // Where each weight's bytes are: a callback that replaces a weight moves other bytes in.
+    let buffers = |weights: &[Weight]| -> Vec<*const u8> {
+        weights
+            .iter()
+            .map(|(_, _, d)| d.as_bytes().as_ptr())
+            .collect()
+    };
+    let before = buffers(&weights);
+    for c in callbacks.iter_mut() {
+        let key = c.state_key();
+        let what = format!("restoring callback {} from {}", c.name(), path.display());
+        let restoring = || what.clone();
+        if let Some(state) = states.get(&key) {
+            c.load_state(state).with_context(restoring)?;
+        }
+        let mut own = checkpoint.callback_tensors.remove(&key).unwrap_or_default();
+        let mut tensors = CheckpointTensors {
+            weights: &mut weights,
+            own: &mut own,
+        };
+        c.on_load_checkpoint(&mut tensors).with_context(restoring)?;
+    }
+    let edited = buffers(&weights) != before;
+    checkpoint.weights = weights
+        .into_iter()
+        .map(|(name, _, data)| (name, data))
+        .collect();
+    Ok(edited)
 }

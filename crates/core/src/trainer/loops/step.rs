@@ -1,5 +1,6 @@
 //! One optimizer step (the strategy's reduction, the precision plugin's unscaling, check and
-//! clipping, the step at the scheduler's rate and at each module's share of it), taken by the
+//! clipping, the step at the scheduler's rate, or the one a callback set, and at each module's
+//! share of it), taken by the
 //! training loop, or by a model's `manual_training_step` through [`ManualOptimization`].
 
 use std::marker::PhantomData;
@@ -94,6 +95,13 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
         };
         if self.scheduler_per_step {
             slot.lr = slot.scheduler.step();
+        }
+        if let Some(rate) = self.state.lr_override {
+            anyhow::ensure!(
+                index == 0,
+                "a callback (StochasticWeightAveraging) sets the learning rate of one optimizer, but manual_training_step stepped optimizer {index}"
+            );
+            slot.lr = rate;
         }
         let step = self.state.global_step;
         if finite {

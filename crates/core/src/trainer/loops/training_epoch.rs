@@ -2,6 +2,7 @@
 //! a training step, an optimizer step every `accumulate_grad_batches` batches, metric
 //! logging, validation when due, and the stop checks. Its state is the [`FitLoop`]'s.
 
+use std::cell::RefCell;
 use std::marker::PhantomData;
 
 use burn::optim::GradientsParams;
@@ -11,7 +12,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::fit::FitLoop;
 use super::step::{ManualOptimization, StepContext};
-use crate::callbacks;
+use crate::callbacks::Callback;
 use crate::plugins::dtype;
 use crate::stage::Stage;
 use crate::trainer::data::Loader;
@@ -128,14 +129,9 @@ where
             let stepped = self.run.state.global_step > steps_before;
             return self.end_batch(batch_idx, log, stepped);
         }
+        let loss = self.training_forward(batch, &mut log);
         let precision = self.trainer.precision();
         let opt = &mut self.opt;
-        let loss = if precision.casts_for_compute() {
-            dtype::compute_by_path(opt.model.clone(), &|path| precision.compute_dtype(path))
-                .training_step(batch, &mut log)
-        } else {
-            opt.model.training_step(batch, &mut log)
-        };
         if let Some(step) = log.take_missing() {
             return Err(MissingStep(step).into());
         }
@@ -163,6 +159,23 @@ where
             self = self.optimizer_step(grads, &mut log)?;
         }
         self.end_batch(batch_idx, log, steps_now)
+    }
+
+    /// The model's `training_step` on `batch`: on a copy in the compute types under a mixed
+    /// precision (gradients still reach the model's own parameters).
+    pub(super) fn training_forward(
+        &self,
+        batch: M::Batch,
+        log: &mut StepLog<B>,
+    ) -> burn::tensor::Tensor<B, 1> {
+        let precision = self.trainer.precision();
+        let model = &self.opt.model;
+        if precision.casts_for_compute() {
+            dtype::compute_by_path(model.clone(), &|path| precision.compute_dtype(path))
+                .training_step(batch, log)
+        } else {
+            model.training_step(batch, log)
+        }
     }
 
     /// Collects what the batch logged and writes the step metrics when it is a logging step.
@@ -246,13 +259,15 @@ where
             self.position.epoch,
             state.global_step
         ));
-        let (opt, precision) = (&self.opt, self.trainer.precision());
-        let parts = FitParts::new(&opt.model, &opt.slots, precision, self.gather.as_ref());
+        let precision = self.trainer.precision();
+        let model = RefCell::new(&mut self.opt.model);
+        let parts = FitParts::new(&model, &self.opt.slots, precision, self.gather.as_ref());
         if self.trainer.is_global_zero() {
             let run = &*self.run;
-            let states = callbacks::states_of(&run.callbacks);
+            let callbacks: Vec<&dyn Callback> = run.callbacks.iter().map(|c| c.as_ref()).collect();
             let io = run.checkpoint_io.as_ref();
-            parts.save(io, (run.seed, &run.hparams), &path, &run.state, &states)?;
+            let (seed, hparams) = (run.seed, &run.hparams);
+            parts.save(io, (seed, hparams), &path, &run.state, (&callbacks, None))?;
             run.checkpoint_io.wait()?;
             eprintln!(
                 "received {signal}: stopped after step {}, checkpoint saved to {}; resume with --trainer.ckpt_path={}",

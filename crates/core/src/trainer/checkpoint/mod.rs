@@ -3,7 +3,8 @@
 //! Tensors: the model's weights under their module paths (`mlp.hidden.0.weight`, ...) in the
 //! dtypes they were trained in; the optimizer's state tensors as `__optimizer__.<param id>.
 //! <name>` (Adam's `moment_1` ...), each in its own dtype, described by the `optimizer_state`
-//! section; and each other section (`scheduler`, `grad_scaler`, `callbacks`: burn records as
+//! section; tensors callbacks keep (weight averaging's) as `__callbacks__.<state key>.<name>`;
+//! and each other section (`scheduler`, `grad_scaler`, `callbacks`: burn records as
 //! named MessagePack, or JSON; `optimizer`, burn's record, for optimizers whose state ember
 //! cannot read) as a `U8` tensor named `__ember__.<section>`. Metadata: `ember.header` ([`CheckpointHeader`] as JSON: format
 //! version, ember version, progress, metrics, and a CRC-32C of every tensor) and
@@ -13,7 +14,6 @@
 //! model. See `docs/checkpoints.md`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, anyhow, ensure};
@@ -22,49 +22,29 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorde
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, TensorData};
 use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors, TensorView};
-use serde::{Deserialize, Serialize};
 
+use self::header::{crc32, parse_header};
 use super::weights::load_into;
 pub use super::weights::{Weight, weights_of};
+pub use crate::callbacks::CallbackTensors;
+pub use header::{CheckpointHeader, FORMAT_VERSION, HEADER_CRC_KEY, HEADER_KEY, read_header};
 
-/// The format this build writes; it reads this one and version 2 (no optimizer state tensors).
-pub const FORMAT_VERSION: u32 = 3;
-/// Metadata key of the header JSON.
-pub const HEADER_KEY: &str = "ember.header";
-/// Metadata key of the header's CRC-32C (decimal).
-pub const HEADER_CRC_KEY: &str = "ember.header_crc32c";
+mod header;
+
 /// Name prefix of the tensors that hold sections other than the weights.
 pub const SECTION_PREFIX: &str = "__ember__.";
 /// Name prefix of the optimizer's state tensors.
 pub const STATE_PREFIX: &str = "__optimizer__.";
+/// Name prefix of the tensors callbacks keep (`__callbacks__.<state key>.<name>`).
+pub const CALLBACK_PREFIX: &str = "__callbacks__.";
 
-/// What a checkpoint says about itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointHeader {
-    /// File format version.
-    pub format_version: u32,
-    /// The ember version that wrote it.
-    pub ember_version: String,
-    /// Epoch in which it was written (0-based).
-    pub epoch: u64,
-    /// Optimizer steps taken when it was written.
-    pub global_step: u64,
-    /// Training batches completed in `epoch` when it was written.
-    pub batches_done: u64,
-    /// The learning rate of the latest optimizer step.
-    pub learning_rate: f64,
-    /// The run's seed (the epochs' shuffles follow from it).
-    pub seed: u64,
-    /// The metrics known when it was written.
-    pub metrics: BTreeMap<String, f64>,
-    /// Sections other than the weights: names, byte lengths and CRC-32C checksums.
-    pub sections: Vec<(String, u64, u32)>,
-    /// Weight tensors: module paths, the CRC-32C of their bytes and burn's parameter ids
-    /// (the optimizer's state is keyed by them).
-    pub weights: Vec<(String, u32, u64)>,
-    /// The optimizer's state tensors (without [`STATE_PREFIX`]) and their CRC-32C.
-    #[serde(default)]
-    pub optimizer_state: Vec<(String, u32)>,
+/// The tensors of a checkpoint besides the weights.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraTensors {
+    /// The optimizer's state tensors (names without [`STATE_PREFIX`]).
+    pub optimizer_state: Vec<(String, TensorData)>,
+    /// The callbacks' tensors by state key.
+    pub callbacks: BTreeMap<String, CallbackTensors>,
 }
 
 /// Where training stood when a checkpoint was written.
@@ -91,6 +71,8 @@ pub struct Checkpoint {
     pub weights: BTreeMap<String, TensorData>,
     /// The optimizer's state tensors by name (without [`STATE_PREFIX`]).
     pub optimizer_state: BTreeMap<String, TensorData>,
+    /// The callbacks' tensors by state key, then name.
+    pub callback_tensors: BTreeMap<String, CallbackTensors>,
     /// The other sections by name.
     pub sections: BTreeMap<String, Vec<u8>>,
 }
@@ -110,15 +92,6 @@ pub fn record_from_bytes<B: Backend, R: Record<B>>(
     device: &B::Device,
 ) -> anyhow::Result<R> {
     Recorder::<B>::load(&recorder(), bytes, device).context("decoding a record")
-}
-
-/// CRC-32C with slice-by-16 tables (built at compile time): a checkpoint's megabytes are
-/// checksummed on every save and load.
-const CASTAGNOLI: crc::Crc<u32, crc::Table<16>> =
-    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
-
-fn crc32(bytes: &[u8]) -> u32 {
-    CASTAGNOLI.checksum(bytes)
 }
 
 /// The dtypes a checkpoint holds: burn's and safetensors' names for each.
@@ -154,61 +127,6 @@ pub(crate) fn from_safetensors(dtype: Dtype) -> Option<DType> {
         .map(|&(burn, _)| burn)
 }
 
-/// The ember header in a safetensors file's metadata, checked: present, its checksum right,
-/// its format version this build's.
-fn parse_header(
-    metadata: Option<&HashMap<String, String>>,
-    path: &Path,
-) -> anyhow::Result<CheckpointHeader> {
-    let shown = path.display();
-    let json = metadata.and_then(|m| m.get(HEADER_KEY)).with_context(|| {
-        format!(
-            "{shown} is not an ember checkpoint (a safetensors file without the {HEADER_KEY} metadata)"
-        )
-    })?;
-    ensure!(
-        metadata
-            .and_then(|m| m.get(HEADER_CRC_KEY))
-            .and_then(|c| c.parse::<u32>().ok())
-            == Some(crc32(json.as_bytes())),
-        "{shown} has a corrupt header (checksum mismatch: damaged or flipped bytes)"
-    );
-    let header: CheckpointHeader =
-        serde_json::from_str(json).with_context(|| format!("{shown} has a corrupt header"))?;
-    ensure!(
-        (2..=FORMAT_VERSION).contains(&header.format_version),
-        "{shown} has checkpoint format version {}, this ember reads versions 2 to {FORMAT_VERSION}",
-        header.format_version
-    );
-    Ok(header)
-}
-
-/// Reads only the header of the checkpoint at `path` (the first bytes of the file), to choose
-/// among checkpoints without reading their tensors.
-pub fn read_header(path: &Path) -> anyhow::Result<CheckpointHeader> {
-    let shown = path.display();
-    let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {shown}"))?;
-    let mut len = [0u8; 8];
-    file.read_exact(&mut len)
-        .with_context(|| format!("{shown} is truncated"))?;
-    let len = usize::try_from(u64::from_le_bytes(len))?;
-    ensure!(
-        len <= MAX_HEADER_BYTES,
-        "{shown} is not an ember checkpoint (a {len}-byte header)"
-    );
-    let mut json = vec![0; len];
-    file.read_exact(&mut json)
-        .with_context(|| format!("{shown} is truncated"))?;
-    let fields: serde_json::Value = serde_json::from_slice(&json)
-        .with_context(|| format!("{shown} is not an ember checkpoint"))?;
-    let metadata: Option<HashMap<String, String>> =
-        serde_json::from_value(fields["__metadata__"].clone()).ok();
-    parse_header(metadata.as_ref(), path)
-}
-
-/// The largest safetensors header [`read_header`] reads (safetensors' own limit).
-const MAX_HEADER_BYTES: usize = 100_000_000;
-
 impl Checkpoint {
     /// Encodes progress, metrics, weights and the other sections into file bytes.
     pub fn encode(
@@ -217,18 +135,22 @@ impl Checkpoint {
         weights: Vec<Weight>,
         sections: Vec<(String, Vec<u8>)>,
     ) -> anyhow::Result<Vec<u8>> {
-        Self::encode_with_state(progress, metrics, weights, Vec::new(), sections)
+        let extra = ExtraTensors::default();
+        Self::encode_with_state(progress, metrics, weights, extra, sections)
     }
 
-    /// [`encode`](Self::encode), with the optimizer's state tensors (names without
-    /// [`STATE_PREFIX`]).
+    /// [`encode`](Self::encode), with the optimizer's state and the callbacks' tensors.
     pub fn encode_with_state(
         progress: Progress,
         metrics: BTreeMap<String, f64>,
         weights: Vec<Weight>,
-        optimizer_state: Vec<(String, TensorData)>,
+        extra: ExtraTensors,
         sections: Vec<(String, Vec<u8>)>,
     ) -> anyhow::Result<Vec<u8>> {
+        let ExtraTensors {
+            optimizer_state,
+            callbacks,
+        } = extra;
         let header = CheckpointHeader {
             format_version: FORMAT_VERSION,
             ember_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -250,16 +172,32 @@ impl Checkpoint {
                 .iter()
                 .map(|(n, d)| (n.clone(), crc32(d.as_bytes())))
                 .collect(),
+            callback_tensors: callbacks
+                .iter()
+                .flat_map(|(key, tensors)| {
+                    (tensors.iter()).map(|(n, d)| (key.clone(), n.clone(), crc32(d.as_bytes())))
+                })
+                .collect(),
         };
         let weights: Vec<(String, TensorData)> =
             weights.into_iter().map(|(n, _, d)| (n, d)).collect();
-        Self::encode_header(&header, &weights, &optimizer_state, &sections)
+        let callback_tensors: Vec<(String, TensorData)> = callbacks
+            .into_iter()
+            .flat_map(|(key, tensors)| {
+                (tensors.into_iter()).map(move |(name, data)| (format!("{key}.{name}"), data))
+            })
+            .collect();
+        let prefixed = [
+            (STATE_PREFIX, optimizer_state.as_slice()),
+            (CALLBACK_PREFIX, callback_tensors.as_slice()),
+        ];
+        Self::encode_header(&header, &weights, prefixed, &sections)
     }
 
     fn encode_header(
         header: &CheckpointHeader,
         weights: &[(String, TensorData)],
-        optimizer_state: &[(String, TensorData)],
+        prefixed: [(&str, &[(String, TensorData)]); 2],
         sections: &[(String, Vec<u8>)],
     ) -> anyhow::Result<Vec<u8>> {
         let json = serde_json::to_string(header)?;
@@ -270,17 +208,19 @@ impl Checkpoint {
             ),
             (HEADER_KEY.to_owned(), json),
         ]);
-        let mut views = Vec::with_capacity(weights.len() + optimizer_state.len() + sections.len());
+        let mut views = Vec::with_capacity(weights.len() + sections.len());
         for (name, _) in weights {
             ensure!(
-                !name.starts_with(SECTION_PREFIX) && !name.starts_with(STATE_PREFIX),
-                "parameter name {name} uses a reserved prefix ({SECTION_PREFIX} or {STATE_PREFIX})"
+                [SECTION_PREFIX, STATE_PREFIX, CALLBACK_PREFIX]
+                    .iter()
+                    .all(|prefix| !name.starts_with(prefix)),
+                "parameter name {name} uses a reserved prefix ({SECTION_PREFIX}, {STATE_PREFIX} or {CALLBACK_PREFIX})"
             );
         }
-        let state = optimizer_state
-            .iter()
-            .map(|(name, data)| (format!("{STATE_PREFIX}{name}"), data));
-        for (name, data) in weights.iter().map(|(n, d)| (n.clone(), d)).chain(state) {
+        let others = prefixed.into_iter().flat_map(|(prefix, tensors)| {
+            (tensors.iter()).map(move |(name, data)| (format!("{prefix}{name}"), data))
+        });
+        for (name, data) in weights.iter().map(|(n, d)| (n.clone(), d)).chain(others) {
             let view = TensorView::new(
                 to_safetensors(data.dtype)?,
                 data.shape.to_vec(),
@@ -354,10 +294,20 @@ impl Checkpoint {
             let data = read(&format!("{STATE_PREFIX}{name}"), *crc, "optimizer state")?;
             optimizer_state.insert(name.clone(), data);
         }
+        let mut callback_tensors = BTreeMap::<String, CallbackTensors>::new();
+        for (key, name, crc) in &header.callback_tensors {
+            let data = read(
+                &format!("{CALLBACK_PREFIX}{key}.{name}"),
+                *crc,
+                "callback tensor",
+            )?;
+            (callback_tensors.entry(key.clone()).or_default()).insert(name.clone(), data);
+        }
         Ok(Self {
             header,
             weights,
             optimizer_state,
+            callback_tensors,
             sections,
         })
     }
@@ -478,7 +428,8 @@ mod tests {
         future.format_version = 9;
         let weights: Vec<(String, TensorData)> = ck.weights.clone().into_iter().collect();
         let sections: Vec<(String, Vec<u8>)> = ck.sections.clone().into_iter().collect();
-        let wrong = Checkpoint::encode_header(&future, &weights, &[], &sections).unwrap();
+        let wrong =
+            Checkpoint::encode_header(&future, &weights, [("", &[]); 2], &sections).unwrap();
         let e = Checkpoint::decode(&wrong, path).unwrap_err();
         assert!(e.to_string().contains("version 9"), "{e}");
     }
