@@ -30,6 +30,7 @@ cargo xtask <task>
   bench sharded [ROUNDS]        ddp_sharded vs ddp: optimizer state, peak RSS, samples/s (2 ranks)
   bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
                      Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
+  bench profiler [ROUNDS]       what --trainer.profiler=simple|advanced costs on the MLP and the CNN
   bench models [ROUNDS]         the MLP, the CNN and the transformer by ember (cpu, tch-cpu, xla),
                      a burn loop, a torch loop and Lightning; ember(cpu)/Lightning (the torch venv)
   bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu on digits and a
@@ -359,6 +360,11 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 setup(false) && run("cargo", &cargo, &[])
             }
+            Some(&"profiler") => {
+                let mut cargo = vec!["bench", "-p", "convnet", "--bench", "profiler", "--"];
+                cargo.extend(&rest[1..]);
+                run("cargo", &cargo, &[])
+            }
             Some(&"sharded") => {
                 let mut cargo = vec![
                     "bench",
@@ -373,7 +379,7 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, models"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, models, profiler"
                 );
                 false
             }

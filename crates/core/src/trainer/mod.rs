@@ -15,6 +15,7 @@ pub mod hparams;
 pub mod log;
 pub(crate) mod loops;
 pub mod module;
+pub mod profiler;
 
 mod run;
 pub(crate) mod signals;
@@ -52,6 +53,7 @@ use data::{DataModule, FromDataModule, Loader};
 use loops::fit::FitLoop;
 use loops::schedule::FitSchedule;
 use module::{BatcherFor, TrainingModule};
+use profiler::Profiler;
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
@@ -95,6 +97,8 @@ pub struct Trainer<B: AutodiffBackend> {
     factories: Rc<PluginFactories>,
     hparams: Value,
     device_stats: fn(&B::Device) -> DeviceStats,
+    /// Times the phases of each entry point (`--trainer.profiler`; off by default).
+    profiler: Profiler,
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
@@ -220,7 +224,13 @@ impl<B: AutodiffBackend> Trainer<B> {
         if options.enable_progress_bar && !callbacks.iter().any(|c| c.name() == "ProgressBar") {
             callbacks.push(Box::new(ProgressBar::new(Default::default())));
         }
+        let synced = device.clone();
+        let sync: Rc<dyn Fn()> = Rc::new(move || {
+            // A backend that cannot sync has nothing queued to wait for.
+            let _ = B::sync(&synced);
+        });
         Ok(Self {
+            profiler: Profiler::new(options.profiler, sync),
             device,
             seed,
             strategy,

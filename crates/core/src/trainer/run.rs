@@ -25,6 +25,7 @@ use crate::trainer::Trainer;
 use crate::trainer::checkpoint::{Checkpoint, ExtraTensors, Progress, record_bytes, weights_of};
 use crate::trainer::loops::optimization::SlotSections;
 use crate::trainer::loops::step::Slot;
+use crate::trainer::profiler::{Profiler, Report};
 use crate::trainer::state_gather::StateGather;
 
 /// What a `fit` checkpoint holds besides the loop's state: the model, the optimizers, their
@@ -195,6 +196,8 @@ pub(super) struct Run {
     /// The run's seed and hyperparameters, for checkpoints.
     pub(super) seed: u64,
     pub(super) hparams: Rc<Value>,
+    /// The Trainer's profiler, recording this entry point.
+    pub(super) profiler: Profiler,
 }
 
 impl Run {
@@ -234,6 +237,7 @@ impl Run {
         access: FitAccess<'_>,
         f: impl Fn(&mut dyn Callback, &mut CallbackContext<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
+        let _span = self.profiler.span("callbacks");
         let mut callbacks = std::mem::take(&mut self.callbacks);
         let result = (|| {
             for i in 0..callbacks.len() {
@@ -268,7 +272,9 @@ impl Run {
             self.seed,
             Rc::clone(&self.hparams),
         );
+        let profiler = self.profiler.clone();
         let save = |path: &Path, state: &TrainerState, callbacks: &[&dyn Callback], own| {
+            let _span = profiler.span("checkpoint");
             parts.save(io.as_ref(), (seed, &hparams), path, state, (callbacks, own))
         };
         match saves {
@@ -294,6 +300,7 @@ impl Run {
         }
         let mut logged = metrics.clone();
         logged.insert("epoch".into(), self.state.epoch as f64);
+        let _span = self.profiler.span("loggers");
         self.loggers.log_metrics(&logged, self.state.log_step())
     }
 }
@@ -353,6 +360,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             checkpoint_io: Arc::clone(self.checkpoint_io()),
             seed: self.seed,
             hparams: Rc::new(self.hparams.clone()),
+            profiler: {
+                self.profiler.start();
+                self.profiler.clone()
+            },
         };
         run.hook(|c, x| c.setup(x))?;
         Ok(run)
@@ -373,12 +384,40 @@ impl<B: AutodiffBackend> Trainer<B> {
         let teardown = run.hook(|c, x| c.teardown(x));
         let written = run.checkpoint_io.wait();
         let saved = run.loggers.save();
+        // A failed entry point reports nothing: its ranks may not all be here to agree where.
+        let profiled = match &result {
+            Ok(_) => self.report_profile(&run.state),
+            Err(_) => Ok(()),
+        };
         self.callbacks = run.callbacks;
         self.loggers = Some(run.loggers);
         let value = result?;
         teardown?;
         written?;
         saved?;
+        profiled?;
         Ok(value)
+    }
+
+    /// Ends the entry point's profile: rank 0 prints `simple`'s table, or where the ranks
+    /// wrote `advanced`'s traces (in rank 0's log directory, else the root directory).
+    fn report_profile(&mut self, state: &TrainerState) -> anyhow::Result<()> {
+        let stage = state.stage.map_or("run", |s| s.name());
+        let mut dir = (state.log_dir.clone()).unwrap_or_else(|| state.default_root_dir.clone());
+        if self.profiler.writes_traces() && self.collective().world_size() > 1 {
+            // Only rank 0 has a log directory: every rank's trace goes there.
+            let mut bytes = dir.to_string_lossy().into_owned().into_bytes();
+            self.collective().broadcast(&mut bytes, 0)?;
+            dir = String::from_utf8(bytes)?.into();
+        }
+        let report = self.profiler.finish(stage, self.shard().rank, &dir)?;
+        if self.is_global_zero() {
+            match report {
+                Report::None => {}
+                Report::Table(table) => eprint!("{table}"),
+                Report::Trace(path) => eprintln!("profiler trace written to {}", path.display()),
+            }
+        }
+        Ok(())
     }
 }

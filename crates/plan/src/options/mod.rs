@@ -19,7 +19,8 @@ pub use callbacks::{CALLBACK_NAMES, CallbackSpec, Callbacks, callback_key, unkno
 pub use values::{
     CheckpointWrites, ClipAlgorithm, Count, CountOrNull, Directory, EpochLimit, FileOrNull, Flag,
     FlagOrCount, FlagOrNull, Interval, Kind, Limit, LoggerKind, Loggers, Megabytes, Positive,
-    PositiveOrNull, SanitySteps, Seconds, StepLimit, ThresholdOrNull, unknown_logger,
+    PositiveOrNull, ProfilerChoice, ProfilerKind, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
+    unknown_logger,
 };
 
 /// One loop option as `--help` and the docs show it.
@@ -163,6 +164,13 @@ trainer_options! {
     /// parameters' size in the dtypes they are stored in.
     enable_model_summary: bool = true, Flag,
         "print the model's modules and parameter counts when fit starts";
+    /// Time the run's phases (data fetch, training step, backward, gradient reduction,
+    /// optimizer step, validation, checkpoints, callbacks, loggers), with the device
+    /// synchronised at each phase's start and end: `simple` prints a table at the end of each
+    /// entry point (rank 0, to stderr), `advanced` writes a Chrome trace per rank
+    /// (`trace-<stage>-rank<N>.json` in the log directory). Off (`null`): no cost.
+    profiler: Option<ProfilerKind> = None, ProfilerChoice,
+        "simple (a table of where the time went) or advanced (a Chrome trace per rank); null for none";
     /// Add a default ModelCheckpoint when `callbacks` has none.
     enable_checkpointing: bool = true, Flag,
         "add a ModelCheckpoint when callbacks has none";

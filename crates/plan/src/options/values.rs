@@ -153,6 +153,40 @@ impl Kind for CheckpointWrites {
     }
 }
 
+/// What `profiler` records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfilerKind {
+    /// A table per entry point: each phase's count, mean, total and share of the entry point's
+    /// time (Lightning's `SimpleProfiler`).
+    Simple,
+    /// A trace per rank in Chrome's trace-event JSON, spans nested by phase.
+    Advanced,
+}
+
+/// `simple`, `advanced`, or null (or false) for none.
+pub struct ProfilerChoice;
+
+impl Kind for ProfilerChoice {
+    type Value = Option<ProfilerKind>;
+
+    fn parse(value: &Value) -> Result<Option<ProfilerKind>, String> {
+        match render(value).trim().to_ascii_lowercase().as_str() {
+            "null" | "none" | "false" | "" => Ok(None),
+            "simple" => Ok(Some(ProfilerKind::Simple)),
+            "advanced" => Ok(Some(ProfilerKind::Advanced)),
+            _ => Err("simple, advanced, or null for none".into()),
+        }
+    }
+
+    fn write(value: &Option<ProfilerKind>) -> Value {
+        match value {
+            None => Value::Null,
+            Some(ProfilerKind::Simple) => json!("simple"),
+            Some(ProfilerKind::Advanced) => json!("advanced"),
+        }
+    }
+}
+
 /// A logger chosen by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoggerKind {

@@ -51,12 +51,20 @@ impl EvaluationLoop {
             run.state.num_eval_batches = batches;
             let all = loader.batch_indices(trainer.seed, 0);
             for (i, indices) in all.iter().take(batches).enumerate() {
-                let batch = loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?;
+                let batch = {
+                    let _span = trainer.profiler.span("data fetch");
+                    loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?
+                };
+                let span =
+                    trainer
+                        .profiler
+                        .span(if test { "test step" } else { "validation step" });
                 if test {
                     model.test_step(batch, &mut log);
                 } else {
                     model.validation_step(batch, &mut log);
                 }
+                drop(span);
                 if let Some(step) = log.take_missing() {
                     return Err(MissingStep(step).into());
                 }

@@ -211,6 +211,7 @@ where
         if self.no_validation_step {
             return Ok(());
         }
+        let _span = self.trainer.profiler.span("validation");
         self.run.state.num_eval_batches = batches.first().copied().unwrap_or(0);
         self.run.state.dataloader_idx = 0;
         self.hook_with(false, |c, x| c.on_validation_start(x))?;

@@ -42,8 +42,13 @@ impl PredictionLoop {
         run.state.num_eval_batches = mine.len();
         let mut outputs = Vec::with_capacity(mine.len());
         for (i, indices) in batches[mine].iter().enumerate() {
-            let batch = loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?;
+            let batch = {
+                let _span = trainer.profiler.span("data fetch");
+                loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?
+            };
+            let span = trainer.profiler.span("predict step");
             outputs.push(model.predict_step(batch).into_value()?);
+            drop(span);
             run.state.batch_idx = i;
             run.hook(|c, x| c.on_predict_batch_end(x))?;
         }

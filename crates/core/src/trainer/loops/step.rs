@@ -81,8 +81,11 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
         O: Optimizer<M, B>,
         S: LrScheduler,
     {
+        let _span = self.trainer.profiler.span("optimizer step");
         let mut model_grads = ModelGradients::<B, M>::new(&model, &mut grads);
+        let reduction = self.trainer.profiler.span("gradient reduction");
         self.trainer.strategy.reduce_gradients(&mut model_grads)?;
+        drop(reduction);
         let finite = {
             let mut view = self.trainer.strategy.precision_view(&mut model_grads);
             let precision = &mut self.trainer.strategy.parts_mut().precision;

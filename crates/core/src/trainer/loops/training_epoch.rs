@@ -40,6 +40,7 @@ where
         Bt: BatcherFor<B, I, M>,
     {
         let epoch = self.position.epoch;
+        let _span = self.trainer.profiler.span("training epoch");
         self.run.state.epoch = epoch;
         self.run.state.batches_done = self.position.skip;
         // A per-epoch scheduler steps when an epoch begins, so a checkpoint written anywhere
@@ -61,9 +62,14 @@ where
             .enumerate()
             .skip(resumed_at)
         {
-            let batch = train.batch::<B, _>(batcher, indices, &self.trainer.device)?;
+            let batch = {
+                let _span = self.trainer.profiler.span("data fetch");
+                train.batch::<B, _>(batcher, indices, &self.trainer.device)?
+            };
+            let span = self.trainer.profiler.span("training batch");
             self = self.train_batch(batch_idx, batch)?;
             self.fit_hook(|c, x| c.on_train_batch_end(x))?;
+            drop(span);
             if self.schedule.validates_after(epoch, batch_idx) {
                 let batches = self.schedule.val_batches.clone();
                 self.validate(val, batcher, batches, true)?;
@@ -99,7 +105,9 @@ where
         };
         self.opt.model.on_train_epoch_end(&end)?;
         self.run.state.should_stop = self.agree_on_stop(None, self.run.state.should_stop)?.1;
+        let span = self.run.profiler.span("loggers");
         self.run.loggers.save()?;
+        drop(span);
         let state = &self.run.state;
         let stop = stop
             || self.interrupted.is_some()
@@ -129,7 +137,10 @@ where
             let stepped = self.run.state.global_step > steps_before;
             return self.end_batch(batch_idx, log, stepped);
         }
-        let loss = self.training_forward(batch, &mut log);
+        let loss = {
+            let _span = self.trainer.profiler.span("training step");
+            self.training_forward(batch, &mut log)
+        };
         let precision = self.trainer.precision();
         let opt = &mut self.opt;
         if let Some(step) = log.take_missing() {
@@ -145,7 +156,9 @@ where
         } else {
             loss
         };
+        let backward = self.trainer.profiler.span("backward");
         let mut grads = GradientsParams::from_grads(loss.backward(), &opt.model);
+        drop(backward);
         let steps_now = self.schedule.steps_after(batch_idx);
         if accumulate > 1 {
             opt.accumulator.accumulate(&opt.model, grads);
@@ -198,6 +211,7 @@ where
             self.run.state.callback_metrics.extend(metrics.clone());
             metrics.insert("epoch".into(), self.position.epoch as f64);
             let step = self.run.state.log_step();
+            let _span = self.run.profiler.span("loggers");
             self.run.loggers.log_metrics(&metrics, step)?;
         }
         self.run.state.batch_idx = batch_idx;
@@ -229,6 +243,7 @@ where
 
     /// The model's `manual_training_step`, with the optimizers to step.
     fn manual_batch(mut self, batch: M::Batch, log: &mut StepLog<B>) -> anyhow::Result<Self> {
+        let _span = self.trainer.profiler.span("training step");
         let mut manual = ManualOptimization {
             cx: StepContext::new(
                 &mut *self.trainer,
@@ -263,6 +278,7 @@ where
         let model = RefCell::new(&mut self.opt.model);
         let parts = FitParts::new(&model, &self.opt.slots, precision, self.gather.as_ref());
         if self.trainer.is_global_zero() {
+            let _span = self.trainer.profiler.span("checkpoint");
             let run = &*self.run;
             let callbacks: Vec<&dyn Callback> = run.callbacks.iter().map(|c| c.as_ref()).collect();
             let io = run.checkpoint_io.as_ref();
