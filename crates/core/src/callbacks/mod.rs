@@ -190,10 +190,14 @@ pub(crate) type Saver<'a> = &'a dyn Fn(
     Option<(String, Value)>,
 ) -> anyhow::Result<()>;
 
-/// Lends the model's weights during `fit`.
-pub(crate) trait WeightsAccess {
+/// What a hook during `fit` reaches of the model: its weights, and the loss of the batch just
+/// run.
+pub(crate) trait ModelView {
     /// Calls `f` with the model's weights.
     fn with(&self, f: &mut dyn FnMut(&mut dyn Weights));
+    /// The loss the training step returned for the latest batch (reading it waits for the
+    /// device).
+    fn loss(&self) -> Option<f64>;
 }
 
 /// What a hook gets besides the state.
@@ -203,7 +207,7 @@ pub struct CallbackContext<'a> {
     /// The run's loggers (empty on ranks other than 0).
     pub loggers: &'a mut Loggers,
     pub(crate) saver: Option<Saver<'a>>,
-    pub(crate) weights: Option<&'a dyn WeightsAccess>,
+    pub(crate) model: Option<&'a dyn ModelView>,
     /// The other callbacks (their states go into checkpoints saved from this hook).
     pub(crate) others: [&'a [Box<dyn Callback>]; 2],
     /// The calling callback's own state for those checkpoints, once it gave it.
@@ -230,7 +234,7 @@ impl CallbackContext<'_> {
     /// `setup` and `teardown`): to read them, or to load others in their place, as weight
     /// averaging does for validation.
     pub fn with_weights<T>(&mut self, f: impl FnOnce(&mut dyn Weights) -> T) -> Option<T> {
-        let access = self.weights?;
+        let access = self.model?;
         let (mut f, mut out) = (Some(f), None);
         access.with(&mut |weights| out = f.take().map(|f| f(weights)));
         out
@@ -240,6 +244,14 @@ impl CallbackContext<'_> {
     /// that changes its state and then saves, as ModelCheckpoint does, records the new one).
     pub fn record_own_state(&mut self, key: String, state: Value) {
         self.own_state = Some((key, state));
+    }
+
+    /// The loss the training step returned for the batch just run, unscaled and before
+    /// accumulation divides it (Lightning's `outputs["loss"]` in `on_train_batch_end`): during
+    /// `fit`, after automatic optimization's steps (`None` under manual optimization and
+    /// elsewhere). Reading it waits for the device.
+    pub fn loss(&self) -> Option<f64> {
+        self.model?.loss()
     }
 
     /// Removes a checkpoint written earlier.

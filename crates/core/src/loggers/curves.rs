@@ -88,7 +88,7 @@ fn read_series(csv_path: &Path) -> anyhow::Result<Vec<Series>> {
 }
 
 /// Registers the first font found as plotters' `sans-serif`; false when there is none.
-fn font_ready() -> bool {
+pub(crate) fn font_ready() -> bool {
     static READY: OnceLock<bool> = OnceLock::new();
     *READY.get_or_init(|| {
         FONT_PATHS.iter().any(|path| {
@@ -101,7 +101,7 @@ fn font_ready() -> bool {
 }
 
 /// A range that contains `values` with a margin, and is never empty.
-fn padded(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+pub(crate) fn padded(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
     let lo = values.clone().fold(f64::INFINITY, f64::min);
     let hi = values.fold(f64::NEG_INFINITY, f64::max);
     let pad = if hi > lo {

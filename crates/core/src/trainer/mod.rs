@@ -14,6 +14,7 @@ mod evaluate;
 pub mod hparams;
 pub mod log;
 pub(crate) mod loops;
+pub mod lr_find;
 pub mod module;
 pub mod profiler;
 
@@ -324,6 +325,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         D::Batcher: BatcherFor<B, D::Item, M>,
     {
         weights::materialize(&model);
+        self.find_lr_before_fit(&model, data)?;
         if self.options.enable_checkpointing
             && !self.callbacks.iter().any(|c| c.is_model_checkpoint())
         {

@@ -11,10 +11,11 @@ use anyhow::Context;
 use burn::module::AutodiffModule;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{ElementConversion, Tensor};
 use serde_json::Value;
 
 use crate::accelerator::DeviceStats;
-use crate::callbacks::{self, Callback, CallbackContext, Saver, TrainerState, WeightsAccess};
+use crate::callbacks::{self, Callback, CallbackContext, ModelView, Saver, TrainerState};
 use crate::checkpoint_io::CheckpointIO;
 use crate::loggers::Loggers;
 use crate::optim::{self, ExactState};
@@ -31,8 +32,10 @@ use crate::trainer::state_gather::StateGather;
 /// What a `fit` checkpoint holds besides the loop's state: the model, the optimizers, their
 /// schedulers and the precision plugin's state as they are now. It lends the model's weights
 /// to callbacks (which may change them between saves).
-pub(super) struct FitParts<'a, B, M, O, S> {
+pub(super) struct FitParts<'a, B: AutodiffBackend, M, O, S> {
     model: &'a RefCell<&'a mut M>,
+    /// The latest training batch's loss, as the step returned it.
+    loss: Option<&'a Tensor<B, 1>>,
     slots: &'a [Slot<O, S>],
     precision: &'a dyn PrecisionPlugin,
     /// Where the optimizer's state is sharded: how rank 0 gathers it.
@@ -48,13 +51,14 @@ where
     S: LrScheduler,
 {
     pub(super) fn new(
-        model: &'a RefCell<&'a mut M>,
+        (model, loss): (&'a RefCell<&'a mut M>, Option<&'a Tensor<B, 1>>),
         slots: &'a [Slot<O, S>],
         precision: &'a dyn PrecisionPlugin,
         gather: Option<&'a StateGather>,
     ) -> Self {
         Self {
             model,
+            loss,
             slots,
             precision,
             gather,
@@ -158,7 +162,7 @@ where
     }
 }
 
-impl<B, M, O, S> WeightsAccess for FitParts<'_, B, M, O, S>
+impl<B, M, O, S> ModelView for FitParts<'_, B, M, O, S>
 where
     B: AutodiffBackend,
     M: AutodiffModule<B>,
@@ -166,6 +170,11 @@ where
     fn with(&self, f: &mut dyn FnMut(&mut dyn Weights)) {
         let mut model = self.model.borrow_mut();
         f(&mut ModelWeights::<B, M>::new(&mut **model));
+    }
+
+    fn loss(&self) -> Option<f64> {
+        let loss = self.loss?.clone().cast(burn::tensor::FloatDType::F32);
+        Some(f64::from(loss.into_scalar().elem::<f32>()))
     }
 }
 
@@ -184,7 +193,7 @@ fn unreadable() -> anyhow::Result<optim::OptimizerState> {
 }
 
 /// What callbacks may reach in a hook during `fit`: a checkpoint saver and the model's weights.
-type FitAccess<'a> = (Option<Saver<'a>>, Option<&'a dyn WeightsAccess>);
+type FitAccess<'a> = (Option<Saver<'a>>, Option<&'a dyn ModelView>);
 
 /// The parts of the Trainer one entry point works with.
 pub(super) struct Run {
@@ -208,14 +217,14 @@ impl Run {
 
     fn context<'a>(
         &'a mut self,
-        (saver, weights): FitAccess<'a>,
+        (saver, model): FitAccess<'a>,
         others: [&'a [Box<dyn Callback>]; 2],
     ) -> CallbackContext<'a> {
         CallbackContext {
             state: &mut self.state,
             loggers: &mut self.loggers,
             saver,
-            weights,
+            model,
             others,
             own_state: None,
             io: self.checkpoint_io.as_ref(),
@@ -312,26 +321,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     pub(super) fn start(&mut self, stage: Stage) -> anyhow::Result<Run> {
         let flush = self.strategy.parts().plan.flush_denormal;
         crate::host_float::set_flush_denormal_everywhere(flush);
-        if self.loggers.is_none() {
-            let mut loggers = if self.is_global_zero() && self.options.fast_dev_run == 0 {
-                Loggers::create(
-                    &self.options.default_root_dir,
-                    &self.options.logger,
-                    self.factories.loggers(),
-                )?
-            } else {
-                Loggers::none()
-            };
-            if self.is_global_zero() {
-                for logger in self.extra_loggers.drain(..) {
-                    loggers.push(logger);
-                }
-                if !self.hparams.is_null() {
-                    loggers.log_hyperparams(&self.hparams)?;
-                }
-            }
-            self.loggers = Some(loggers);
-        }
+        self.ensure_loggers()?;
         let o = &self.options;
         let state = TrainerState {
             stage: Some(stage),
@@ -367,6 +357,32 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         run.hook(|c, x| c.setup(x))?;
         Ok(run)
+    }
+
+    /// Creates the loggers on first use (rank 0; none on the others and in a fast dev run),
+    /// logging the hyperparameters.
+    pub(super) fn ensure_loggers(&mut self) -> anyhow::Result<()> {
+        if self.loggers.is_none() {
+            let mut loggers = if self.is_global_zero() && self.options.fast_dev_run == 0 {
+                Loggers::create(
+                    &self.options.default_root_dir,
+                    &self.options.logger,
+                    self.factories.loggers(),
+                )?
+            } else {
+                Loggers::none()
+            };
+            if self.is_global_zero() {
+                for logger in self.extra_loggers.drain(..) {
+                    loggers.push(logger);
+                }
+                if !self.hparams.is_null() {
+                    loggers.log_hyperparams(&self.hparams)?;
+                }
+            }
+            self.loggers = Some(loggers);
+        }
+        Ok(())
     }
 
     /// Runs `on_exception` on failure, then `teardown`, and gives the run's parts back.

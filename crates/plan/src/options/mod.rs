@@ -7,6 +7,7 @@
 //! table; a rejection names the flag, the value and what the kind allows.
 
 mod callbacks;
+mod lr_find;
 mod values;
 
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{FlagError, PlanResult, render};
 pub use callbacks::{CALLBACK_NAMES, CallbackSpec, Callbacks, callback_key, unknown_callback};
+pub use lr_find::{LrFind, LrFindChoice, SweepMode};
 pub use values::{
     CheckpointWrites, ClipAlgorithm, Count, CountOrNull, Directory, EpochLimit, FileOrNull, Flag,
     FlagOrCount, FlagOrNull, Interval, Kind, Limit, LoggerKind, Loggers, Megabytes, Positive,
@@ -171,6 +173,13 @@ trainer_options! {
     /// (`trace-<stage>-rank<N>.json` in the log directory). Off (`null`): no cost.
     profiler: Option<ProfilerKind> = None, ProfilerChoice,
         "simple (a table of where the time went) or advanced (a Chrome trace per rank); null for none";
+    /// Before `fit`, Lightning's learning-rate range test on a copy of the model: `num_training`
+    /// optimizer steps at rates rising from `min_lr` to `max_lr`, stopped when the smoothed loss
+    /// diverges; the rate of the loss's steepest descent goes into the model's hyperparameters
+    /// (`model.lr`) for the fit, which then starts from the model's own weights. `true` for
+    /// Lightning's settings, or a table of them (docs/trainer.md).
+    lr_find: Option<LrFind> = None, LrFindChoice,
+        "find the learning rate before fit (true, or a table of settings) and use it";
     /// Add a default ModelCheckpoint when `callbacks` has none.
     enable_checkpointing: bool = true, Flag,
         "add a ModelCheckpoint when callbacks has none";

@@ -59,6 +59,9 @@ pub(in crate::trainer) struct FitLoop<'t, B: AutodiffBackend, M: TrainingModule<
     ///
     /// [`TrainerState::frozen_modules`]: crate::callbacks::TrainerState::frozen_modules
     frozen: BTreeMap<String, (Freeze, finetune::Frozen)>,
+    /// The latest training batch's loss (detached), for callbacks
+    /// ([`CallbackContext::loss`](crate::callbacks::CallbackContext::loss)).
+    pub(super) last_loss: Option<burn::tensor::Tensor<B, 1>>,
 }
 
 impl<'t, B, M> FitLoop<'t, B, M>
@@ -102,6 +105,7 @@ where
             no_validation_step: false,
             gather: None,
             frozen: BTreeMap::new(),
+            last_loss: None,
         })
     }
 
@@ -122,7 +126,8 @@ where
     ) -> anyhow::Result<()> {
         let precision = self.trainer.precision();
         let model = RefCell::new(&mut self.opt.model);
-        let parts = FitParts::new(&model, &self.opt.slots, precision, self.gather.as_ref());
+        let view = (&model, self.last_loss.as_ref());
+        let parts = FitParts::new(view, &self.opt.slots, precision, self.gather.as_ref());
         self.run.hook_fit(&parts, saves, f)
     }
 

@@ -146,6 +146,7 @@ where
         if let Some(step) = log.take_missing() {
             return Err(MissingStep(step).into());
         }
+        self.last_loss = Some(loss.clone().detach());
         let loss = match precision.loss_scale() {
             Some(scale) => loss.cast(FloatDType::F32).mul_scalar(scale),
             None => loss,
@@ -276,7 +277,8 @@ where
         ));
         let precision = self.trainer.precision();
         let model = RefCell::new(&mut self.opt.model);
-        let parts = FitParts::new(&model, &self.opt.slots, precision, self.gather.as_ref());
+        let view = (&model, self.last_loss.as_ref());
+        let parts = FitParts::new(view, &self.opt.slots, precision, self.gather.as_ref());
         if self.trainer.is_global_zero() {
             let _span = self.trainer.profiler.span("checkpoint");
             let run = &*self.run;
