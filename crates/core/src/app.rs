@@ -206,11 +206,16 @@ impl<A: App> Job for AppJob<A> {
     fn run<X: Accelerator>(self, context: &RunContext) -> anyhow::Result<AppOutput> {
         let plan = &context.plan;
         let mut hparams = self.hparams;
+        let mut data = self.data;
+        if let Some(settings) = self.options.batch_size_find.as_ref()
+            && self.stage == Stage::Fit
+        {
+            crate::batch_size_find::before_fit(settings, &mut data, &mut hparams, plan.world_size)?;
+        }
         hparams["plan"] = serde_json::to_value(plan)?;
         let mut trainer = Trainer::<X::Backend>::builder_for(context, self.options)
             .build::<X>()?
             .with_hparams(hparams);
-        let mut data = self.data;
         // Under ddp every rank runs this; rank 0 speaks for the run.
         let rank0 = plan.global_rank == 0;
         if rank0 && self.stage != Stage::Fit && trainer.options().ckpt_path.is_none() {

@@ -10,12 +10,14 @@
 
 pub mod accelerator;
 pub mod app;
+pub mod batch_size_find;
 pub use ember_plan::{
     catalog, check, cluster, collective, config, connector, devices, error, flags, inventory,
     options, plan, precision, stage, strategy,
 };
 pub mod callbacks;
 pub mod checkpoint_io;
+pub mod child;
 pub mod cli;
 pub mod context;
 pub mod factories;

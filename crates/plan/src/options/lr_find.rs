@@ -62,7 +62,10 @@ impl LrFind {
         if self.num_training < 2 {
             return Err("num_training of at least 2".into());
         }
-        if self.early_stop_threshold.is_some_and(|t| t.is_nan() || t <= 0.0) {
+        if self
+            .early_stop_threshold
+            .is_some_and(|t| t.is_nan() || t <= 0.0)
+        {
             return Err("an early_stop_threshold > 0, or null".into());
         }
         Ok(self)

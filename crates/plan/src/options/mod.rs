@@ -6,6 +6,7 @@
 //! struct, `Default`, parsing, serialisation, `--help` and the docs table all come from that
 //! table; a rejection names the flag, the value and what the kind allows.
 
+mod batch_size_find;
 mod callbacks;
 mod lr_find;
 mod values;
@@ -16,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::{FlagError, PlanResult, render};
+pub use batch_size_find::{BatchSizeFind, BatchSizeFindChoice, ScaleMode};
 pub use callbacks::{CALLBACK_NAMES, CallbackSpec, Callbacks, callback_key, unknown_callback};
 pub use lr_find::{LrFind, LrFindChoice, SweepMode};
 pub use values::{
@@ -180,6 +182,13 @@ trainer_options! {
     /// Lightning's settings, or a table of them (docs/trainer.md).
     lr_find: Option<LrFind> = None, LrFindChoice,
         "find the learning rate before fit (true, or a table of settings) and use it";
+    /// Before `fit` (one process, through the CLI), Lightning's batch-size scaling: sizes from
+    /// `init_val` doubled (then, with `mode: binsearch`, bisected) while a trial of
+    /// `steps_per_trial` steps fits, each trial a child process (so a GPU's out-of-memory abort
+    /// ends only the trial) whose peak resident memory must stay within `memory_share` of what
+    /// was available; the largest size that fits goes into `data.batch_size` for the fit.
+    batch_size_find: Option<BatchSizeFind> = None, BatchSizeFindChoice,
+        "find the largest batch size that fits before fit (true, or a table of settings) and use it";
     /// Add a default ModelCheckpoint when `callbacks` has none.
     enable_checkpointing: bool = true, Flag,
         "add a ModelCheckpoint when callbacks has none";
