@@ -97,6 +97,22 @@ if [ "${1:-}" = "--torch" ]; then
     fi
 fi
 
+# With --torch too: MLflow (pinned) in a venv of its own, for the MLflow logger's test against a
+# real tracking server it starts (`mlflow server`, SQLite backend) and reads back with MLflow's
+# own client. ~850 MB and ~40 s the first time; reused while its recorded pin matches.
+if [ "${1:-}" = "--torch" ]; then
+    mlflow_pin="mlflow==3.17.2"
+    mlflow_venv="${EMBER_MLFLOW_VENV:-$HOME/.cache/ember-mlflow/venv}"
+    if [ "$(cat "$mlflow_venv/ember-pin.txt" 2>/dev/null)" != "$mlflow_pin" ] \
+        || ! "$mlflow_venv/bin/python" -c "import mlflow" 2>/dev/null; then
+        echo "setup: installing $mlflow_pin into $mlflow_venv (pip)"
+        rm -rf "$mlflow_venv"
+        python3 -m venv "$mlflow_venv"
+        "$mlflow_venv/bin/python" -m pip install --quiet --disable-pip-version-check "$mlflow_pin"
+        echo "$mlflow_pin" > "$mlflow_venv/ember-pin.txt"
+    fi
+fi
+
 # The pinned toolchain (rust-toolchain.toml) with rustfmt and clippy.
 rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 echo "setup: ok"

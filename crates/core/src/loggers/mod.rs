@@ -6,6 +6,7 @@
 
 mod csv_logger;
 pub mod curves;
+pub mod mlflow;
 mod tensorboard;
 mod tracing_logger;
 
@@ -17,6 +18,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 pub use csv_logger::{CsvLogger, METRICS_FILE};
+pub use mlflow::MlflowLogger;
 pub use tensorboard::{TensorBoardLogger, masked_crc};
 pub use tracing_logger::TracingLogger;
 
@@ -54,6 +56,12 @@ pub trait Logger {
     fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, step: u64) -> anyhow::Result<()>;
     /// Makes what was logged durable (called at epoch ends and at the end of the run).
     fn save(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// When an entry point ends (after `fit` drew `curves.png`), whether it succeeded: a
+    /// tracking server's run is ended here (Lightning's `finalize`).
+    fn finalize(&mut self, success: bool) -> anyhow::Result<()> {
+        let _ = success;
         Ok(())
     }
 }
@@ -94,6 +102,7 @@ impl Loggers {
                 LoggerKind::TensorBoard => {
                     loggers.push(Box::new(TensorBoardLogger::new(&log_dir)?))
                 }
+                LoggerKind::MlFlow => loggers.push(Box::new(MlflowLogger::new(&log_dir)?)),
                 LoggerKind::Named(name) => {
                     for (_, factory) in registered.iter().filter(|(n, _)| n == name) {
                         let logger = factory(&log_dir).with_context(|| format!("logger {name}"))?;
@@ -142,6 +151,13 @@ impl Loggers {
     /// Makes every logger's records durable.
     pub fn save(&mut self) -> anyhow::Result<()> {
         self.loggers.iter_mut().try_for_each(|l| l.save())
+    }
+
+    /// Tells every logger the entry point ended, and whether it succeeded.
+    pub fn finalize(&mut self, success: bool) -> anyhow::Result<()> {
+        self.loggers
+            .iter_mut()
+            .try_for_each(|l| l.finalize(success))
     }
 }
 

@@ -350,19 +350,17 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         let result = FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())
             .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, &val)));
-        let out = self.finish(run, result)?;
-        self.write_curves();
-        Ok(out)
+        self.finish(run, result)
     }
 
-    /// Draws `curves.png` beside metrics.csv (rank 0, csv logger). A failure is a warning:
-    /// the run's results stand without the picture.
-    fn write_curves(&self) {
-        if !self.is_global_zero() || !self.options.logger.contains(&LoggerKind::Csv) {
+    /// Draws `curves.png` beside metrics.csv in `log_dir` (csv logger). A failure is a
+    /// warning: the run's results stand without the picture.
+    fn write_curves(&self, log_dir: Option<&Path>) {
+        if !self.options.logger.contains(&LoggerKind::Csv) {
             return;
         }
         // A run too short to log a metric has nothing to draw.
-        if let Some(dir) = self.log_dir()
+        if let Some(dir) = log_dir
             && dir.join(crate::loggers::METRICS_FILE).exists()
             && let Err(e) = crate::loggers::curves::write(dir)
         {

@@ -400,6 +400,10 @@ impl<B: AutodiffBackend> Trainer<B> {
         let teardown = run.hook(|c, x| c.teardown(x));
         let written = run.checkpoint_io.wait();
         let saved = run.loggers.save();
+        if run.state.stage == Some(Stage::Fit) && self.is_global_zero() {
+            self.write_curves(run.loggers.log_dir());
+        }
+        let finalized = run.loggers.finalize(result.is_ok());
         // A failed entry point reports nothing: its ranks may not all be here to agree where.
         let profiled = match &result {
             Ok(_) => self.report_profile(&run.state),
@@ -411,6 +415,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         teardown?;
         written?;
         saved?;
+        finalized?;
         profiled?;
         Ok(value)
     }

@@ -195,10 +195,10 @@ trainer_options! {
     /// Where `lightning_logs/` and checkpoints go.
     default_root_dir: PathBuf = PathBuf::from("."), Directory,
         "where logs and checkpoints go", shown "the working directory";
-    /// `true` (csv), `false` (no files), `csv`, `tensorboard`, a logger the program
-    /// registered, or a list of them.
+    /// `true` (csv), `false` (no files), `csv`, `tensorboard`, `mlflow` (a tracking server:
+    /// `MLFLOW_TRACKING_URI`), a logger the program registered, or a list of them.
     logger: Vec<LoggerKind> = vec![LoggerKind::Csv], Loggers,
-        "true (csv), false, or a list of csv, tensorboard and registered loggers", shown "true";
+        "true (csv), false, or a list of csv, tensorboard, mlflow and registered loggers", shown "true";
     /// A list: callback names, or `{class_path, init_args}` tables.
     callbacks: Vec<CallbackSpec> = Vec::new(), Callbacks,
         "a list of callbacks: names, or {class_path, init_args} tables";

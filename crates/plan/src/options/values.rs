@@ -194,6 +194,8 @@ pub enum LoggerKind {
     Csv,
     /// TensorBoard event files.
     TensorBoard,
+    /// An MLflow tracking server, through its REST API (`MLFLOW_TRACKING_URI`).
+    MlFlow,
     /// A logger the application registered under this (lowercase) name; ember-core checks the
     /// name against the registry when it builds the loggers.
     Named(String),
@@ -205,6 +207,7 @@ impl LoggerKind {
         match self {
             LoggerKind::Csv => "csv",
             LoggerKind::TensorBoard => "tensorboard",
+            LoggerKind::MlFlow => "mlflow",
             LoggerKind::Named(name) => name,
         }
     }
@@ -217,6 +220,7 @@ impl LoggerKind {
         match name.as_str() {
             "csv" | "csvlogger" => Some(LoggerKind::Csv),
             "tensorboard" | "tensorboardlogger" => Some(LoggerKind::TensorBoard),
+            "mlflow" | "mlflowlogger" => Some(LoggerKind::MlFlow),
             "" => None,
             _ => Some(LoggerKind::Named(name)),
         }
@@ -231,7 +235,7 @@ pub fn unknown_logger<'a>(registered: impl IntoIterator<Item = &'a str>) -> Stri
     } else {
         format!("; registered: {registered}")
     };
-    format!("unknown logger; allowed: true, false, csv, tensorboard{registered}")
+    format!("unknown logger; allowed: true, false, csv, tensorboard, mlflow{registered}")
 }
 
 /// The `logger` option: `true` (csv), `false`, a name, or a list of names.
@@ -255,7 +259,8 @@ impl Kind for Loggers {
             (None, v) => LoggerKind::from_value(v).map(|k| vec![k]),
         };
         kinds.ok_or_else(|| {
-            "true, false, csv, tensorboard, a registered logger's name, or a list of them".into()
+            "true, false, csv, tensorboard, mlflow, a registered logger's name, or a list of them"
+                .into()
         })
     }
 
