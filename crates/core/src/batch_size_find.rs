@@ -156,14 +156,7 @@ where
     let mut trials = Vec::new();
     let found = search(settings, cap, |size| {
         let finished = trial(&args, &flag, size, settings)?;
-        let failure = match (finished.success, finished.peak_rss > budget) {
-            (false, _) => Some(last_line(&finished)),
-            (true, true) => Some(format!(
-                "peak memory {} MB over the budget",
-                finished.peak_rss >> 20
-            )),
-            (true, false) => None,
-        };
+        let failure = verdict(&finished, budget);
         eprintln!(
             "batch_size_find: {size}: {} (peak {} MB)",
             failure.as_deref().unwrap_or("fits"),
@@ -201,6 +194,19 @@ where
     Ok(())
 }
 
+/// Why a trial does not fit (`None`: it fits): its process failed, or its peak resident memory
+/// is over `budget` bytes.
+fn verdict(finished: &Finished, budget: u64) -> Option<String> {
+    match (finished.success, finished.peak_rss > budget) {
+        (false, _) => Some(last_line(finished)),
+        (true, true) => Some(format!(
+            "peak memory {} MB over the budget",
+            finished.peak_rss >> 20
+        )),
+        (true, false) => None,
+    }
+}
+
 /// Why a trial's process failed: its last line on stderr, or the signal that ended it.
 fn last_line(finished: &Finished) -> String {
     let line = finished.stderr.lines().rev().find(|l| !l.trim().is_empty());
@@ -227,6 +233,27 @@ mod tests {
         })
         .unwrap();
         (sizes, found)
+    }
+
+    #[test]
+    fn a_trial_fits_when_it_exits_cleanly_within_the_budget() {
+        let finished = |success: bool, code: Option<i32>, peak_rss: u64| Finished {
+            stdout: String::new(),
+            stderr: "loading\nthread 'main' panicked: out of memory\n".into(),
+            success,
+            code,
+            peak_rss,
+        };
+        assert_eq!(
+            verdict(&finished(true, Some(0), 100 << 20), 200 << 20),
+            None
+        );
+        let over = verdict(&finished(true, Some(0), 300 << 20), 200 << 20).unwrap();
+        assert_eq!(over, "peak memory 300 MB over the budget");
+        let failed = verdict(&finished(false, Some(101), 1 << 20), 200 << 20).unwrap();
+        assert_eq!(failed, "exit 101: thread 'main' panicked: out of memory");
+        let aborted = verdict(&finished(false, None, 1 << 20), 200 << 20).unwrap();
+        assert!(aborted.contains("signal"), "{aborted}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 mod device_stats;
 mod early_stopping;
+mod ema;
 mod finetuning;
 mod lr_monitor;
 mod model_checkpoint;
@@ -26,12 +27,13 @@ use serde_json::Value;
 
 pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingConfig};
+pub use ema::{EMAWeightAveraging, EmaConfig};
 pub use finetuning::{BackboneFinetuning, BackboneFinetuningConfig, Freeze};
 pub use lr_monitor::LearningRateMonitor;
 pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointConfig};
 pub use progress::ProgressBar;
 pub use swa::{AnnealingStrategy, StochasticWeightAveraging, SwaConfig, SwaEpochStart};
-pub use weight_averaging::{AveragedWeights, EMAWeightAveraging, EmaConfig};
+pub use weight_averaging::AveragedWeights;
 
 use crate::accelerator::DeviceStats;
 use crate::checkpoint_io::CheckpointIO;

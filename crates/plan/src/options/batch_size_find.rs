@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::settings;
 use super::values::Kind;
 
 /// How the sizes tried grow.
@@ -73,28 +74,10 @@ impl Kind for BatchSizeFindChoice {
 
     fn parse(value: &Value) -> Result<Option<BatchSizeFind>, String> {
         let allowed = "true, false, or a table of mode (power or binsearch), init_val, max_trials, steps_per_trial, batch_arg_name, memory_share";
-        match value {
-            Value::Null | Value::Bool(false) => Ok(None),
-            Value::Bool(true) => Ok(Some(BatchSizeFind::default())),
-            Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-                "true" => Ok(Some(BatchSizeFind::default())),
-                "false" | "null" | "none" => Ok(None),
-                _ => Err(allowed.into()),
-            },
-            Value::Object(_) => {
-                let settings: BatchSizeFind =
-                    serde_json::from_value(value.clone()).map_err(|e| format!("{allowed}: {e}"))?;
-                settings.checked().map(Some)
-            }
-            _ => Err(allowed.into()),
-        }
+        settings::parse(value, allowed, BatchSizeFind::checked)
     }
 
     fn write(value: &Option<BatchSizeFind>) -> Value {
-        match value {
-            None => Value::Bool(false),
-            Some(settings) if *settings == BatchSizeFind::default() => Value::Bool(true),
-            Some(settings) => serde_json::to_value(settings).unwrap_or(Value::Bool(true)),
-        }
+        settings::write(value)
     }
 }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::settings;
 use super::values::Kind;
 
 /// How the sweep's rate rises from `min_lr` to `max_lr`.
@@ -80,28 +81,10 @@ impl Kind for LrFindChoice {
 
     fn parse(value: &Value) -> Result<Option<LrFind>, String> {
         let allowed = "true, false, or a table of min_lr, max_lr, num_training, mode (exponential or linear), early_stop_threshold, attr_name";
-        match value {
-            Value::Null | Value::Bool(false) => Ok(None),
-            Value::Bool(true) => Ok(Some(LrFind::default())),
-            Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-                "true" => Ok(Some(LrFind::default())),
-                "false" | "null" | "none" => Ok(None),
-                _ => Err(allowed.into()),
-            },
-            Value::Object(_) => {
-                let settings: LrFind =
-                    serde_json::from_value(value.clone()).map_err(|e| format!("{allowed}: {e}"))?;
-                settings.checked().map(Some)
-            }
-            _ => Err(allowed.into()),
-        }
+        settings::parse(value, allowed, LrFind::checked)
     }
 
     fn write(value: &Option<LrFind>) -> Value {
-        match value {
-            None => Value::Bool(false),
-            Some(settings) if *settings == LrFind::default() => Value::Bool(true),
-            Some(settings) => serde_json::to_value(settings).unwrap_or(Value::Bool(true)),
-        }
+        settings::write(value)
     }
 }

@@ -9,6 +9,7 @@
 mod batch_size_find;
 mod callbacks;
 mod lr_find;
+mod settings;
 mod values;
 
 use std::path::PathBuf;
