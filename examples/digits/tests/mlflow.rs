@@ -6,6 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -36,12 +37,15 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A tracking server, stopped when dropped.
+/// A tracking server, stopped when dropped: `mlflow server` starts uvicorn and a job consumer
+/// as processes of their own, so the whole process group it leads is killed (killing the
+/// `mlflow` process alone would leave them running).
 struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.0.wait();
     }
 }
@@ -65,6 +69,7 @@ fn start_server(venv: &Path, dir: &Path) -> (Server, u16) {
     let port = free_port();
     let log = std::fs::File::create(dir.join("server.log")).unwrap();
     let child = Command::new(venv.join("bin/mlflow"))
+        .process_group(0)
         .args(["server", "--host", "127.0.0.1", "--workers", "1"])
         .args(["--port", &port.to_string()])
         .arg("--backend-store-uri")
