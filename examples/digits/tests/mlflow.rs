@@ -227,3 +227,15 @@ fn an_unreachable_server_is_a_warning_and_nothing_local_is_lost() {
     assert_eq!(epochs, [22, 45], "both epochs' validation in metrics.csv");
     assert!(log_dir.join("curves.png").is_file());
 }
+
+#[test]
+fn a_tracking_uri_that_is_not_http_exits_2_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fit(dir.path(), "file:./mlruns");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--trainer.logger") && stderr.contains("file:./mlruns"),
+        "{stderr}"
+    );
+}

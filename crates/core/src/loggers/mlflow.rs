@@ -70,9 +70,16 @@ impl MlflowLogger {
     /// A logger to the server at `uri`.
     fn to(uri: &str, log_dir: &Path) -> anyhow::Result<Self> {
         if !uri.starts_with("http://") {
-            bail!(
-                "--trainer.logger=mlflow needs {TRACKING_URI_VAR}=http://HOST:PORT, an MLflow tracking server over plain HTTP (got `{uri}`; for https, a local proxy in front of the server)"
-            );
+            // Bad input: a flag error (exit 2) naming the logger, the variable's value and what
+            // is allowed.
+            return Err(crate::error::FlagError::new(
+                "--trainer.logger",
+                "mlflow",
+                format!(
+                    "{TRACKING_URI_VAR}=http://HOST:PORT, an MLflow tracking server over plain HTTP (got `{uri}`; for https, a local proxy in front of the server)"
+                ),
+            )
+            .into());
         }
         let experiment = std::env::var(EXPERIMENT_VAR).unwrap_or_else(|_| "lightning_logs".into());
         let run_name = (log_dir.file_name())

@@ -123,9 +123,12 @@ impl Callback for Sweep {
         }
         self.last_step = step;
         let Some(loss) = ctx.loss() else {
-            anyhow::bail!(
-                "the learning-rate finder needs the training step's loss: automatic optimization"
-            );
+            return Err(FlagError::new(
+                "--trainer.lr_find",
+                "true",
+                "false under manual optimization: the finder reads the loss the training step returns (automatic optimization)",
+            )
+            .into());
         };
         let rate = ctx.state.learning_rate;
         self.average = Self::BETA * self.average + (1.0 - Self::BETA) * loss;
