@@ -82,6 +82,18 @@ fn a24_help_lists_every_registered_accelerator() {
 }
 
 #[test]
+fn a_program_without_a_name_is_called_by_its_file_name() {
+    let cli = Cli::new("", "", Model::default(), Data::default());
+    let argv = ["/some/where/sine", "--help"].map(String::from);
+    let outcome = cli.execute(argv, &Env::new(), &registry::<WhoRuns>(), |_| WhoRuns);
+    let CliOutcome::Printed(help) = outcome else {
+        panic!("expected help, got {outcome:?}");
+    };
+    assert!(help.contains("`sine fit --help` lists them"), "{help}");
+    assert!(help.contains("Usage: sine <COMMAND>"), "{help}");
+}
+
+#[test]
 fn a25_print_plan_is_one_json_object_with_exactly_the_plan_keys() {
     let text = printed(
         &["fit", "--print-plan", "--trainer.devices=3"],

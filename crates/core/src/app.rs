@@ -51,10 +51,10 @@ use crate::trainer::{FitOutcome, Trainer};
 /// }
 /// ```
 pub trait App: 'static {
-    /// The program's name, as `--help` shows it.
-    const NAME: &'static str;
-    /// One line about the program for `--help`.
-    const ABOUT: &'static str;
+    /// The program's name, as `--help` shows it; by default the file name it was started as.
+    const NAME: &'static str = "";
+    /// One line about the program for `--help`; by default none.
+    const ABOUT: &'static str = "";
     /// The `model` section of the config (`--model.KEY=VALUE`); its `Default` is the default.
     type ModelConfig: Serialize + DeserializeOwned + Default;
     /// The data module, read from the `data` section of the config (`--data.KEY=VALUE`); its
@@ -92,6 +92,42 @@ where
     pub fn for_app<A: App<ModelConfig = M, Data = D>>() -> Self {
         Self::new(A::NAME, A::ABOUT, M::default(), D::default())
             .with_trainer_defaults(A::trainer_defaults())
+    }
+}
+
+/// A model config that builds its model, as burn's configs do with `init`. With its data
+/// module it is a whole application: `fn main() -> ExitCode { ember::run::<(ModelConfig,
+/// MyData)>() }`, named after the file the program was started as. An [`App`] of the
+/// program's own gives it a name, trainer defaults and plugins.
+///
+/// ```ignore
+/// impl InitModel<PointData> for ModelConfig {
+///     type Model<B: AutodiffBackend> = Classifier<B>;
+///
+///     fn init<B: AutodiffBackend>(&self, device: &B::Device) -> Classifier<B> {
+///         Classifier::new(self, device)
+///     }
+/// }
+/// ```
+pub trait InitModel<D: DataModule>: Serialize + DeserializeOwned + Default + 'static {
+    /// The model on autodiff backend `B`.
+    type Model<B: AutodiffBackend>: RunsWith<B, D>;
+
+    /// A freshly initialised model on `device` (the Trainer has seeded the backend).
+    fn init<B: AutodiffBackend>(&self, device: &B::Device) -> Self::Model<B>;
+}
+
+impl<C, D> App for (C, D)
+where
+    C: InitModel<D>,
+    D: DataModule + Serialize + DeserializeOwned + Default + 'static,
+{
+    type ModelConfig = C;
+    type Data = D;
+    type Model<B: AutodiffBackend> = C::Model<B>;
+
+    fn model<B: AutodiffBackend>(config: &C, device: &B::Device) -> C::Model<B> {
+        config.init(device)
     }
 }
 

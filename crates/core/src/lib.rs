@@ -33,7 +33,7 @@ pub mod registry;
 pub mod trainer;
 
 pub use accelerator::{Accelerator, AcceleratorKind, DeviceOf, DeviceStats};
-pub use app::{App, AppJob, AppOutput, RunsWith};
+pub use app::{App, AppJob, AppOutput, InitModel, RunsWith};
 pub use catalog::{AcceleratorSpec, Catalog};
 pub use check::PlanCheck;
 pub use cli::{Cli, CliOutcome, Invocation};
@@ -41,6 +41,7 @@ pub use cluster::{ClusterEnvironment, Env, Ranks};
 pub use connector::connect;
 pub use context::RunContext;
 pub use devices::DevicesFlag;
+pub use ember_derive::ConfigDefault;
 pub use ember_plan::{Stage, TrainerOptions};
 pub use error::FlagError;
 pub use flags::TrainerFlags;
@@ -65,8 +66,8 @@ pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};
 pub use trainer::loops::step::ManualOptimization;
 pub use trainer::module::{
-    BatcherFor, EpochEnd, EvalBatch, LightningModule, Manual, MissingStep, Optimizers, Prediction,
-    SchedulerInterval, TrainingModule,
+    BatcherFor, ConfiguredOptimizers, EpochEnd, EvalBatch, LightningModule, Manual, MissingStep,
+    Optimizers, Prediction, SchedulerInterval, TrainingModule,
 };
 pub use trainer::stack::Stack;
 pub use trainer::{FitOutcome, Plugin, Trainer, TrainerBuilder};

@@ -2,8 +2,9 @@
 //! `use burn::prelude::*;` for burn's tensors and modules).
 
 pub use burn::tensor::backend::AutodiffBackend;
+pub use ember_derive::ConfigDefault;
 
-pub use crate::app::App;
+pub use crate::app::{App, InitModel};
 pub use crate::flags::TrainerFlags;
 pub use crate::optim;
 pub use crate::stage::Stage;
@@ -13,6 +14,7 @@ pub use crate::trainer::hparams::Hparams;
 pub use crate::trainer::log::{LogOptions, StepLog};
 pub use crate::trainer::loops::step::ManualOptimization;
 pub use crate::trainer::module::{
-    EpochEnd, LightningModule, Manual, Optimizers, Prediction, SchedulerInterval, TrainingModule,
+    ConfiguredOptimizers, EpochEnd, LightningModule, Manual, Optimizers, Prediction,
+    SchedulerInterval, TrainingModule,
 };
 pub use crate::trainer::stack::Stack;

@@ -131,10 +131,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for ConvNet<B> {
     type Optimizer = optim::Adam<Self, B>;
     type Scheduler = ExponentialLrScheduler;
 
-    fn configure_optimizers(
-        &self,
-        hparams: &Hparams,
-    ) -> anyhow::Result<Optimizers<Self::Optimizer, Self::Scheduler>> {
+    fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
         let config: ConvConfig = hparams.model()?;
         // The exponential schedule takes a rate and a factor in (0, 1]; a value outside is
         // bad input, named as the flag that set it.

@@ -150,10 +150,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for DigitsModel<B> {
     type Optimizer = optim::Adam<Self, B>;
     type Scheduler = f64;
 
-    fn configure_optimizers(
-        &self,
-        hparams: &Hparams,
-    ) -> anyhow::Result<Optimizers<Self::Optimizer, f64>> {
+    fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
         let config: ModelConfig = hparams.model()?;
         Ok(Optimizers::new(AdamConfig::new().init(), config.lr))
     }

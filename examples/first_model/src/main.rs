@@ -23,16 +23,10 @@ fn points(n: usize, offset: usize) -> InMemDataset<Point> {
 }
 
 /// The data module, and the `data` section of the config: `--data.batch_size=64`.
-#[derive(Config, Debug)]
+#[derive(Config, Debug, ConfigDefault)]
 pub struct PointData {
     #[config(default = 32)]
     batch_size: usize,
-}
-
-impl Default for PointData {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl DataModule for PointData {
@@ -49,7 +43,7 @@ impl DataModule for PointData {
 }
 
 /// The `model` section of the config: `--model.hidden=64 --model.lr=0.01`.
-#[derive(Config, Debug)]
+#[derive(Config, Debug, ConfigDefault)]
 pub struct ModelConfig {
     #[config(default = 32)]
     hidden: usize,
@@ -57,9 +51,15 @@ pub struct ModelConfig {
     lr: f64,
 }
 
-impl Default for ModelConfig {
-    fn default() -> Self {
-        Self::new()
+/// The model config builds the model, on whichever backend the run uses.
+impl InitModel<PointData> for ModelConfig {
+    type Model<B: AutodiffBackend> = Classifier<B>;
+
+    fn init<B: AutodiffBackend>(&self, device: &B::Device) -> Classifier<B> {
+        Classifier {
+            hidden: LinearConfig::new(2, self.hidden).init(device),
+            output: LinearConfig::new(self.hidden, 2).init(device),
+        }
     }
 }
 
@@ -99,33 +99,13 @@ impl<B: AutodiffBackend> TrainingModule<B> for Classifier<B> {
     type Optimizer = optim::Adam<Self, B>;
     type Scheduler = f64;
 
-    fn configure_optimizers(
-        &self,
-        hparams: &Hparams,
-    ) -> anyhow::Result<Optimizers<Self::Optimizer>> {
-        let config: ModelConfig = hparams.model()?;
-        Ok(Optimizers::new(AdamConfig::new().init(), config.lr))
+    fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
+        let lr = hparams.model::<ModelConfig>()?.lr;
+        Ok(Optimizers::new(AdamConfig::new().init(), lr))
     }
 }
 
-/// What `ember::run` needs: the model, built on any backend from its config, and the data.
-struct FirstModel;
-
-impl App for FirstModel {
-    const NAME: &'static str = "first_model";
-    const ABOUT: &'static str = "Points inside or outside a circle";
-    type ModelConfig = ModelConfig;
-    type Data = PointData;
-    type Model<B: AutodiffBackend> = Classifier<B>;
-
-    fn model<B: AutodiffBackend>(config: &ModelConfig, device: &B::Device) -> Classifier<B> {
-        Classifier {
-            hidden: LinearConfig::new(2, config.hidden).init(device),
-            output: LinearConfig::new(config.hidden, 2).init(device),
-        }
-    }
-}
-
+/// The model config and the data module make the application, named after the program.
 fn main() -> std::process::ExitCode {
-    ember::run::<FirstModel>()
+    ember::run::<(ModelConfig, PointData)>()
 }

@@ -146,10 +146,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for GanModel<B> {
     type Optimizer = optim::Adam<Self, B>;
     type Scheduler = f64;
 
-    fn configure_optimizers(
-        &self,
-        hparams: &Hparams,
-    ) -> anyhow::Result<Optimizers<Self::Optimizer>> {
+    fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
         let config: GanConfig = hparams.model()?;
         if !(config.lr > 0.0 && config.lr.is_finite()) {
             return Err(FlagError::new("--model.lr", config.lr.to_string(), "a number > 0").into());

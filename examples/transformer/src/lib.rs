@@ -81,10 +81,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for CharLm<B> {
     type Optimizer = optim::AdamW<Self, B>;
     type Scheduler = WarmupCosine;
 
-    fn configure_optimizers(
-        &self,
-        hparams: &Hparams,
-    ) -> anyhow::Result<Optimizers<Self::Optimizer, Self::Scheduler>> {
+    fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
         let config: LmConfig = hparams.model()?;
         let data: DataConfig = hparams.section("data")?;
         check(&config, &data)?;

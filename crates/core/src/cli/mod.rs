@@ -146,7 +146,11 @@ where
             Ok(split) => split,
             Err(e) => return CliOutcome::bad_input(e),
         };
-        let matches = match self.command(registry, &defaults).try_get_matches_from(args) {
+        let name = self.program_name(argv.first());
+        let matches = match self
+            .command(&name, registry, &defaults)
+            .try_get_matches_from(args)
+        {
             Ok(m) => m,
             Err(e) => {
                 let text = e.render().to_string();
@@ -303,7 +307,22 @@ where
         })))
     }
 
-    fn command<J: Job>(&self, registry: &Registry<J>, defaults: &Value) -> Command {
+    /// The name `--help` shows: the application's, or where it gave none (an [`App`] without
+    /// `NAME`) the file name the program was started as.
+    ///
+    /// [`App`]: crate::app::App
+    fn program_name(&self, argv0: Option<&String>) -> String {
+        if !self.name.is_empty() {
+            return self.name.clone();
+        }
+        argv0
+            .map(std::path::Path::new)
+            .and_then(|path| path.file_name())
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    fn command<J: Job>(&self, name: &str, registry: &Registry<J>, defaults: &Value) -> Command {
         let catalog = registry.catalog();
         let names = names_help(catalog, defaults);
         let stage_args: Vec<Arg> = [
@@ -333,11 +352,14 @@ where
         .collect();
         // The flags live on the subcommands; say where to see them.
         let top = format!(
-            "Every subcommand takes --config, --trainer.*, --model.* and --data.* flags: `{} fit --help` lists them.\n\n{names}",
-            self.name
+            "Every subcommand takes --config, --trainer.*, --model.* and --data.* flags: `{name} fit --help` lists them.\n\n{names}"
         );
-        Command::new(self.name.clone())
-            .about(self.about.clone())
+        let command = Command::new(name.to_owned());
+        let command = match self.about.as_str() {
+            "" => command,
+            about => command.about(about.to_owned()),
+        };
+        command
             .subcommand_required(true)
             .arg_required_else_help(true)
             .after_help(top)

@@ -139,10 +139,7 @@ pub trait TrainingModule<B: AutodiffBackend>:
 
     /// The optimizer and scheduler; called once at the start of `fit`. `hparams` are the run's
     /// hyperparameters (the CLI's merged config, or what `Trainer::with_hparams` was given).
-    fn configure_optimizers(
-        &self,
-        hparams: &Hparams,
-    ) -> anyhow::Result<Optimizers<Self::Optimizer, Self::Scheduler>>;
+    fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B>;
 
     /// One training batch under manual optimization ([`Optimizers::manual`], Lightning's
     /// `automatic_optimization = False`): compute losses on `opt.compute(&model)`, take their
@@ -166,6 +163,12 @@ pub trait TrainingModule<B: AutodiffBackend>:
         Ok(())
     }
 }
+
+/// What [`TrainingModule::configure_optimizers`] returns for model `M` on backend `B`:
+/// `fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B>`.
+pub type ConfiguredOptimizers<M, B> = anyhow::Result<
+    Optimizers<<M as TrainingModule<B>>::Optimizer, <M as TrainingModule<B>>::Scheduler>,
+>;
 
 /// What `manual_training_step` steps model `M`'s optimizers with.
 pub type Manual<'a, B, M> = ManualOptimization<

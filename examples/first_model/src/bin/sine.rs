@@ -22,18 +22,12 @@ fn samples(n: usize, offset: usize, step: usize) -> InMemDataset<Sample> {
 }
 
 /// The data module and the `data` section: `--data.samples=2000 --data.batch_size=64`.
-#[derive(Config, Debug)]
+#[derive(Config, Debug, ConfigDefault)]
 pub struct SineData {
     #[config(default = 1000)]
     samples: usize,
     #[config(default = 32)]
     batch_size: usize,
-}
-
-impl Default for SineData {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl DataModule for SineData {
@@ -50,7 +44,7 @@ impl DataModule for SineData {
 }
 
 /// The `model` section: `--model.hidden=64 --model.lr=0.003`.
-#[derive(Config, Debug)]
+#[derive(Config, Debug, ConfigDefault)]
 pub struct SineConfig {
     #[config(default = 32)]
     hidden: usize,
@@ -58,9 +52,18 @@ pub struct SineConfig {
     lr: f64,
 }
 
-impl Default for SineConfig {
-    fn default() -> Self {
-        Self::new()
+/// The config builds the model on whichever backend the run uses.
+impl InitModel<SineData> for SineConfig {
+    type Model<B: AutodiffBackend> = Sine<B>;
+
+    fn init<B: AutodiffBackend>(&self, device: &B::Device) -> Sine<B> {
+        let widths = [1, self.hidden, self.hidden, 1];
+        let layers = widths
+            .windows(2)
+            .map(|w| LinearConfig::new(w[0], w[1]).init(device));
+        Sine {
+            layers: layers.collect(),
+        }
     }
 }
 
@@ -100,36 +103,12 @@ impl<B: AutodiffBackend> TrainingModule<B> for Sine<B> {
     type Optimizer = optim::Adam<Self, B>;
     type Scheduler = f64;
 
-    fn configure_optimizers(
-        &self,
-        hparams: &Hparams,
-    ) -> anyhow::Result<Optimizers<Self::Optimizer>> {
-        let config: SineConfig = hparams.model()?;
-        Ok(Optimizers::new(AdamConfig::new().init(), config.lr))
-    }
-}
-
-/// The application: the model from its config, and the data.
-struct SineApp;
-
-impl App for SineApp {
-    const NAME: &'static str = "sine";
-    const ABOUT: &'static str = "Learn sin(3x) with a small MLP";
-    type ModelConfig = SineConfig;
-    type Data = SineData;
-    type Model<B: AutodiffBackend> = Sine<B>;
-
-    fn model<B: AutodiffBackend>(config: &SineConfig, device: &B::Device) -> Sine<B> {
-        let widths = [1, config.hidden, config.hidden, 1];
-        let layers = widths
-            .windows(2)
-            .map(|w| LinearConfig::new(w[0], w[1]).init(device));
-        Sine {
-            layers: layers.collect(),
-        }
+    fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
+        let lr = hparams.model::<SineConfig>()?.lr;
+        Ok(Optimizers::new(AdamConfig::new().init(), lr))
     }
 }
 
 fn main() -> std::process::ExitCode {
-    ember::run::<SineApp>()
+    ember::run::<(SineConfig, SineData)>()
 }
