@@ -1,4 +1,5 @@
-//! Child processes measured from the outside, for the benchmarks.
+//! Child processes seen from the outside: measured (for the benchmarks), and the ranks of a
+//! multi-process run found and watched (for the tests that kill or stop them).
 
 use std::process::Command;
 
@@ -7,4 +8,73 @@ pub fn run_measured(command: Command) -> anyhow::Result<(String, String, u64)> {
     let finished = ember::child::run_measured(command)?;
     anyhow::ensure!(finished.success, "the run failed: {}", finished.stderr);
     Ok((finished.stdout, finished.stderr, finished.peak_rss))
+}
+
+/// The pids of the `exe` ranks (OpenMPI's, by `OMPI_COMM_WORLD_RANK`) whose parent chain
+/// leads to `launcher`, by rank.
+pub fn ranks_of(launcher: u32, exe: &str) -> Vec<(usize, u32)> {
+    let mut ranks = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let rank = environ
+            .split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(b"OMPI_COMM_WORLD_RANK="))
+            .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok());
+        let path = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        if let Some(rank) = rank
+            && path.file_name().is_some_and(|n| n == exe)
+            && descends_from(pid, launcher)
+        {
+            ranks.push((rank, pid));
+        }
+    }
+    ranks.sort();
+    ranks
+}
+
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    while pid > 1 {
+        if pid == ancestor {
+            return true;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // The parent pid is the second field after the parenthesised command name.
+        pid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+    }
+    false
+}
+
+/// Whether `pid` is still running `within` from now: a killed process can take a moment to
+/// go (a stopped one is killed by the launcher as it ends, then reaped), so give it that.
+pub fn alive_after(pid: u32, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while alive(pid) {
+        if std::time::Instant::now() > deadline {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }

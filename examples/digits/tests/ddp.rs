@@ -17,6 +17,7 @@ use digits::model::{DigitsModel, Mlp, ModelConfig};
 use digits::train::{DataConfig, train_shards_by_hand};
 use ember::trainer::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
+use ember_acceptance::process::{alive_after, ranks_of};
 
 type B = Autodiff<Flex>;
 
@@ -262,74 +263,6 @@ fn trained_3_epochs_once(out: &Output) {
     assert_eq!(stdout.matches("trained 36 steps").count(), 1, "{stdout}");
 }
 
-/// The pids of the digits ranks whose parent chain leads to `launcher`, by rank.
-fn ranks_of(launcher: u32) -> Vec<(usize, u32)> {
-    let mut ranks = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        let rank = environ
-            .split(|&b| b == 0)
-            .find_map(|kv| kv.strip_prefix(b"OMPI_COMM_WORLD_RANK="))
-            .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok());
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-        if let Some(rank) = rank
-            && exe.file_name().is_some_and(|n| n == "digits")
-            && descends_from(pid, launcher)
-        {
-            ranks.push((rank, pid));
-        }
-    }
-    ranks.sort();
-    ranks
-}
-
-fn descends_from(mut pid: u32, ancestor: u32) -> bool {
-    while pid > 1 {
-        if pid == ancestor {
-            return true;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // The parent pid is the second field after the parenthesised command name.
-        pid = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
-    }
-    false
-}
-
-/// Whether `pid` is still running `within` from now: a killed process can take a moment to
-/// go (a stopped one is killed by the launcher as it ends, then reaped), so give it that.
-fn alive_after(pid: u32, within: std::time::Duration) -> bool {
-    let deadline = std::time::Instant::now() + within;
-    while alive(pid) {
-        if std::time::Instant::now() > deadline {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    false
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
-}
-
 /// A 2-rank digits run under the local launcher that trains until stopped, once both ranks
 /// train: the launcher and the ranks' pids by rank.
 // The child is returned to the caller, which waits for it (`wait_30s`); clippy cannot see that.
@@ -353,7 +286,7 @@ fn start_long_run(dir: &Path, extra: &[&str]) -> (std::process::Child, Vec<(usiz
     let started = Instant::now();
     let metrics = dir.join("lightning_logs/version_0/metrics.csv");
     loop {
-        let ranks = ranks_of(launcher.id());
+        let ranks = ranks_of(launcher.id(), "digits");
         if ranks.len() == 2 && metrics.exists() {
             return (launcher, ranks);
         }

@@ -13,7 +13,6 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cluster::Env;
-use crate::collective::Engine;
 use crate::config::{self, ConfigSources};
 use crate::connector::connect;
 use crate::error::{FlagError, list, render};
@@ -28,6 +27,7 @@ pub(crate) use tree::config_tree;
 pub use ember_plan::Stage;
 
 mod help;
+mod launch;
 mod plot;
 mod tree;
 
@@ -72,6 +72,11 @@ impl<O> CliOutcome<O> {
             code: 2,
             message: e.to_string(),
         }
+    }
+
+    /// The job failed (exit 1) with `message`.
+    fn failed(message: String) -> Self {
+        CliOutcome::Failed { code: 1, message }
     }
 }
 
@@ -211,7 +216,8 @@ where
                     }
                 };
                 if let (Some(engine), Launcher::Local { .. }) = (engine, plan.launcher()) {
-                    return launch(engine, &plan, argv.get(1..).unwrap_or_default());
+                    let args = argv.get(1..).unwrap_or_default();
+                    return launch::launch(engine, &plan, args, trainer.options.max_restarts);
                 }
                 let timeout = Duration::from_secs_f64(trainer.options.ddp_timeout);
                 let collective = match engine.map(|e| e.join(&plan, timeout)).transpose() {
@@ -401,29 +407,6 @@ struct Ready<M, D> {
     data: D,
     plan: Plan,
     inventory: Inventory,
-}
-
-/// Starts the ranks of a local multi-process run through the engine's launcher.
-fn launch<O>(engine: &dyn Engine, plan: &Plan, args: &[String]) -> CliOutcome<O> {
-    if plan.num_nodes > 1 {
-        return CliOutcome::Failed {
-            code: 2,
-            message: format!(
-                "--trainer.num_nodes={} with no cluster environment: ember's launcher starts ranks on this machine only; \
-                 start every rank with mpirun (--host or a hostfile) or srun, which set the rank environment",
-                plan.num_nodes
-            ),
-        };
-    }
-    match engine.launch(plan, args) {
-        Ok(code) => CliOutcome::Launched {
-            code: u8::try_from(code).unwrap_or(1),
-        },
-        Err(e) => CliOutcome::Failed {
-            code: 1,
-            message: format!("{e:#}"),
-        },
-    }
 }
 
 /// Arguments for clap, and the `(section.key, value)` overrides taken out of them.

@@ -227,6 +227,11 @@ trainer_options! {
     /// ddp: seconds a collective may wait for the other ranks before the run fails.
     ddp_timeout: f64 = 1800.0, Seconds,
         "ddp: seconds a collective may wait for the other ranks before the run fails";
+    /// Local launcher (`--trainer.devices=N` on one machine): when a rank fails, stop every
+    /// rank and start them again from the last checkpoint (`--trainer.ckpt_path=last`), at most
+    /// this many times, as torchrun's `--max-restarts` (docs/distributed.md).
+    max_restarts: u64 = 0, Count,
+        "local launcher: restart every rank from the last checkpoint when one fails, at most this many times";
 }
 
 /// Whether `key` is a loop option.
