@@ -4,9 +4,19 @@
 #
 #   srun --ntasks=2 --mpi=pmix PROGRAM [ARGS...]
 #
-# and stops the daemons again. Needs root and Debian's slurm-wlm (scripts/setup.sh installs
-# it). Exits 77 (skip) when the cluster cannot start; otherwise with srun's status.
+# and stops the daemons again. With `--requeue SECONDS` first, it submits the same srun as a
+# batch job with a one-minute time limit that SLURM signals SECONDS before it ends
+# (`sbatch --time=1 --signal=USR1@SECONDS`), waits until the job has ended, however often it
+# was requeued, and prints the job's output, then `requeued N times` and its final state.
+# Needs root and Debian's slurm-wlm (scripts/setup.sh installs it). Exits 77 (skip) when the
+# cluster cannot start; otherwise with srun's status (with --requeue: 0 when the job completed).
 set -euo pipefail
+
+requeue=
+if [ "${1:-}" = --requeue ]; then
+    requeue=$2
+    shift 2
+fi
 
 for cmd in slurmctld slurmd srun sinfo; do
     command -v "$cmd" >/dev/null || { echo "skipped: $cmd is not installed (slurm-wlm)" >&2; exit 77; }
@@ -80,4 +90,27 @@ if [ "${state:-}" != idle ]; then
     exit 77
 fi
 
-srun --ntasks=2 --mpi=pmix --time=5 "$@"
+if [ -z "$requeue" ]; then
+    srun --ntasks=2 --mpi=pmix --time=5 "$@"
+    exit
+fi
+
+# SLURM checks time limits about every 30 s, so the signal comes up to that much late; a job
+# that outlives its limit is killed, not requeued. A signal that comes before the program has
+# started training ends it (no handler is installed yet), so SECONDS below 60 gives it time.
+job=$(sbatch --parsable --ntasks=2 --time=1 --signal=USR1@"$requeue" --open-mode=append \
+    --output="$dir/job.out" --wrap "srun --mpi=pmix $(printf '%q ' "$@")")
+for _ in $(seq 1200); do
+    state=$(scontrol show job "$job" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    case "$state" in
+        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE) break ;;
+        # A requeued job waits about two minutes before it may start again; start it now.
+        PENDING) scontrol update JobId="$job" StartTime=now 2>/dev/null || true ;;
+    esac
+    sleep 0.5
+done
+cat "$dir/job.out"
+restarts=$(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+echo "requeued ${restarts:-0} times"
+echo "job $job ended: ${state:-unknown}"
+[ "$state" = COMPLETED ]

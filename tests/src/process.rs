@@ -1,7 +1,8 @@
 //! Child processes seen from the outside: measured (for the benchmarks), and the ranks of a
 //! multi-process run found and watched (for the tests that kill or stop them).
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, ExitStatus, Stdio};
 
 /// Runs `command` to its end; its stdout, stderr and the peak RSS of its largest process.
 pub fn run_measured(command: Command) -> anyhow::Result<(String, String, u64)> {
@@ -77,4 +78,32 @@ fn alive(pid: u32) -> bool {
             .trim_start()
             .starts_with('Z')
     })
+}
+
+/// Starts `command` (a program that shows its progress on stderr), sends it `signal` (`TERM`,
+/// `USR1`, ...) once a stderr line starts with `line`, and waits for it: its status and the
+/// rest of its stderr.
+pub fn signal_at_line(mut command: Command, line: &str, signal: &str) -> (ExitStatus, String) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut progress = BufReader::new(child.stderr.take().unwrap());
+    let mut read = String::new();
+    while !read.starts_with(line) {
+        read.clear();
+        if progress.read_line(&mut read).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("the program ended before a line starting with {line:?}");
+        }
+    }
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let mut rest = String::new();
+    progress.read_to_string(&mut rest).unwrap();
+    (child.wait().unwrap(), rest)
 }

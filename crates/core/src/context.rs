@@ -3,7 +3,9 @@
 //! builder, so a flag reaches the object that uses it through parameters alone.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
+use crate::cluster::{ClusterEnvironment, builtin_environments};
 use crate::collective::Collective;
 use crate::plan::Plan;
 use crate::plugins::PluginFactories;
@@ -18,16 +20,23 @@ pub struct RunContext {
     /// Strategies, precision plugins, checkpoint IOs, callbacks and loggers by name (the
     /// built-in strategies and whatever the registry added).
     pub factories: Rc<PluginFactories>,
+    /// The cluster environment the plan names (`None` for one the registry does not hold):
+    /// what asks the scheduler to requeue the job after a SIGUSR1 stop.
+    pub cluster: Option<Arc<dyn ClusterEnvironment>>,
 }
 
 impl RunContext {
     /// One process with the built-in strategies only: a program that drives the Trainer
     /// itself.
     pub fn local(plan: Plan) -> Self {
+        let cluster = builtin_environments()
+            .into_iter()
+            .find(|e| e.name() == plan.cluster_environment);
         Self {
             plan,
             collective: None,
             factories: Rc::new(PluginFactories::default()),
+            cluster,
         }
     }
 }

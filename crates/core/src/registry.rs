@@ -419,6 +419,9 @@ impl<J: Job> Registry<J> {
             plan: plan.clone(),
             collective,
             factories: Rc::new(self.factories.clone()),
+            cluster: (self.catalog)
+                .cluster_environment(&plan.cluster_environment)
+                .cloned(),
         };
         (self.runners[index])(job, &context)
     }

@@ -2,6 +2,7 @@
 
 use std::process::{Command, Output};
 
+use ember_acceptance::process::signal_at_line;
 use ember_acceptance::reported;
 
 /// Runs `digits` in an empty directory. Unless `env` says otherwise the machine is planned as
@@ -510,34 +511,14 @@ fn every_precision_trains_on_cpu_and_16_mixed_runs_as_bf16_mixed() {
 
 #[test]
 fn sigterm_and_sigusr1_stop_with_a_checkpoint_that_resumes() {
-    use std::io::{BufRead, BufReader};
     for signal in ["TERM", "USR1"] {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_digits"))
+        let mut digits = Command::new(env!("CARGO_BIN_EXE_digits"));
+        digits
             .args(["fit", "--trainer.max_epochs=100000"])
             .current_dir(dir.path())
-            .env("EMBER_INVENTORY", "")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut progress = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while !line.starts_with("epoch 2/") {
-            line.clear();
-            assert!(
-                progress.read_line(&mut line).unwrap() > 0,
-                "digits ended early"
-            );
-        }
-        let sent = Command::new("kill")
-            .args([format!("-{signal}"), child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let mut rest = String::new();
-        std::io::Read::read_to_string(&mut progress, &mut rest).unwrap();
-        let status = child.wait().unwrap();
+            .env("EMBER_INVENTORY", "");
+        let (status, rest) = signal_at_line(digits, "epoch 2/", signal);
         assert!(status.success(), "SIG{signal}: {status:?}: {rest}");
         let path = rest
             .split("checkpoint saved to ")

@@ -1,6 +1,7 @@
-//! `--trainer.max_restarts` with real ranks: a rank killed during a 2-rank run makes the local
-//! launcher start every rank again from the last checkpoint, and the run ends bitwise where an
-//! uninterrupted run ends.
+//! Runs that carry on by themselves, with real ranks, ending bitwise where an uninterrupted run
+//! ends: `--trainer.max_restarts` (a rank killed during a 2-rank run makes the local launcher
+//! start every rank again from the last checkpoint) and SLURM's auto-requeue (a batch job
+//! signalled before its time limit saves, requeues itself and resumes).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -10,18 +11,20 @@ use burn_flex::{Flex, FlexDevice};
 use digits::model::{DigitsModel, ModelConfig};
 use ember::trainer::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
-use ember_acceptance::process::ranks_of;
+use ember_acceptance::process::{ranks_of, signal_at_line};
 use ember_acceptance::resume::float_bytes;
 
-const RUN: [&str; 7] = [
+const RUN: [&str; 6] = [
     "fit",
     "--trainer.devices=2",
-    "--trainer.max_epochs=150",
     "--trainer.seed=42",
     "--trainer.num_sanity_val_steps=0",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
 ];
+
+/// 150 epochs of 12 steps: a few seconds.
+const SHORT: &str = "--trainer.max_epochs=150";
 
 fn digits(dir: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_digits"));
@@ -60,12 +63,11 @@ fn weights(path: &Path) -> Vec<Vec<u8>> {
     float_bytes(&model)
 }
 
-/// The final checkpoint of the run in `dir`: the one with `step=1800` (150 epochs of 12 steps).
-fn final_checkpoint(dir: &Path) -> PathBuf {
+/// The final checkpoint of the run in `dir`: the one at global step `step`.
+fn final_checkpoint(dir: &Path, step: u64) -> PathBuf {
     let files = checkpoints(dir);
-    let last = files
-        .iter()
-        .find(|p| p.to_string_lossy().ends_with("step=1800.ckpt"));
+    let name = format!("step={step}.ckpt");
+    let last = files.iter().find(|p| p.to_string_lossy().ends_with(&name));
     last.unwrap_or_else(|| panic!("no final checkpoint among {files:?}"))
         .clone()
 }
@@ -76,7 +78,7 @@ fn a_killed_rank_restarts_the_run_from_its_last_checkpoint_and_it_ends_bitwise_u
         return;
     }
     let whole = tempfile::tempdir().unwrap();
-    let out = digits(whole.path(), &[]).output().unwrap();
+    let out = digits(whole.path(), &[SHORT]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -84,7 +86,7 @@ fn a_killed_rank_restarts_the_run_from_its_last_checkpoint_and_it_ends_bitwise_u
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let mut launcher = digits(dir.path(), &["--trainer.max_restarts=1"])
+    let mut launcher = digits(dir.path(), &[SHORT, "--trainer.max_restarts=1"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -117,13 +119,135 @@ fn a_killed_rank_restarts_the_run_from_its_last_checkpoint_and_it_ends_bitwise_u
         ),
         "{stderr}"
     );
-    let resumed = final_checkpoint(dir.path());
+    let resumed = final_checkpoint(dir.path(), 1800);
     assert!(
         !resumed.starts_with(dir.path().join("lightning_logs/version_0")),
         "the run finished before the kill: {resumed:?}"
     );
     assert!(
-        weights(&resumed) == weights(&final_checkpoint(whole.path())),
+        weights(&resumed) == weights(&final_checkpoint(whole.path(), 1800)),
         "the restarted run's weights differ from the uninterrupted run's"
     );
+}
+
+#[test]
+fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_uninterrupted() {
+    if !mpirun_available() {
+        return;
+    }
+    // 18000 steps, about 45 s: longer than SLURM takes to send the signal (at most ~35 s
+    // after the start with a one-minute limit signalled 55 s before its end).
+    let long = "--trainer.max_epochs=1500";
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-slurm.sh");
+    let out = Command::new(script)
+        .args(["--requeue", "55", env!("CARGO_BIN_EXE_digits")])
+        .args(RUN)
+        .args([long, "--trainer.ckpt_path=last"])
+        .current_dir(dir.path())
+        .env("EMBER_INVENTORY", "")
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    if out.status.code() == Some(77) {
+        eprintln!("{}", stderr.trim());
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let requeued: u32 = stdout
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("requeued ")?
+                .strip_suffix(" times")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(requeued >= 1, "the job was never requeued: {stdout}");
+    assert!(
+        stdout.contains("requeued the job (`scontrol requeue "),
+        "{stdout}"
+    );
+
+    let whole = tempfile::tempdir().unwrap();
+    let uninterrupted = digits(whole.path(), &[long]).output().unwrap();
+    assert!(
+        uninterrupted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&uninterrupted.stderr)
+    );
+    assert!(
+        weights(&final_checkpoint(dir.path(), 18000))
+            == weights(&final_checkpoint(whole.path(), 18000)),
+        "the requeued job's weights differ from the uninterrupted run's"
+    );
+}
+
+/// A one-task SLURM job's environment whose `scontrol` (first on `PATH`) records its arguments
+/// in `dir/scontrol.args`; digits trains in it until `signal` stops it. What `scontrol` was
+/// asked, if anything, and the run's stderr after the signal.
+fn stopped_in_a_slurm_job(dir: &Path, signal: &str, extra: &[&str]) -> (Option<String>, String) {
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let scontrol = bin.join("scontrol");
+    let record = format!(
+        "#!/bin/sh\necho \"$@\" > '{}'\n",
+        dir.join("scontrol.args").display()
+    );
+    std::fs::write(&scontrol, record).unwrap();
+    let status = Command::new("chmod")
+        .arg("+x")
+        .arg(&scontrol)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut digits = Command::new(env!("CARGO_BIN_EXE_digits"));
+    digits
+        // The progress bar's epoch lines say when training has begun.
+        .args(["fit", "--trainer.max_epochs=100000"])
+        .args(extra)
+        .current_dir(dir)
+        .env("EMBER_INVENTORY", "")
+        .env("PATH", path)
+        .envs([
+            ("SLURM_NTASKS", "1"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_JOB_NAME", "train"),
+        ]);
+    let (status, stderr) = signal_at_line(digits, "epoch 2", signal);
+    assert!(status.success(), "SIG{signal}: {status:?}: {stderr}");
+    let asked = std::fs::read_to_string(dir.join("scontrol.args")).ok();
+    (asked.map(|a| a.trim().to_owned()), stderr)
+}
+
+#[test]
+fn only_sigusr1_requeues_and_auto_requeue_false_turns_it_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (asked, stderr) = stopped_in_a_slurm_job(dir.path(), "USR1", &[]);
+    assert_eq!(asked.as_deref(), Some("requeue 4242"), "{stderr}");
+    assert!(
+        stderr.contains("requeued the job (`scontrol requeue 4242`)"),
+        "{stderr}"
+    );
+    for (signal, extra) in [
+        ("TERM", &[][..]),
+        ("USR1", &["--trainer.auto_requeue=false"][..]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (asked, stderr) = stopped_in_a_slurm_job(dir.path(), signal, extra);
+        assert_eq!(asked, None, "SIG{signal} {extra:?}: {stderr}");
+        assert!(stderr.contains("checkpoint saved to"), "{stderr}");
+    }
 }

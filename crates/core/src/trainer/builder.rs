@@ -9,6 +9,7 @@ use anyhow::Context;
 use super::Trainer;
 use crate::accelerator::Accelerator;
 use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
+use crate::cluster::ClusterEnvironment;
 use crate::collective::{Collective, SingleProcess};
 use crate::context::RunContext;
 use crate::options::{CheckpointWrites, TrainerOptions};
@@ -57,6 +58,8 @@ pub struct TrainerBuilder {
     precision: Option<Box<dyn PrecisionPlugin>>,
     checkpoint_io: Option<Arc<dyn CheckpointIO>>,
     collective: Option<Rc<dyn Collective>>,
+    /// The plan's cluster environment, for requeueing the job after a SIGUSR1 stop.
+    cluster: Option<Arc<dyn ClusterEnvironment>>,
     /// A second plugin of one kind, refused when the Trainer is built.
     clash: Option<&'static str>,
 }
@@ -71,6 +74,7 @@ impl TrainerBuilder {
             precision: None,
             checkpoint_io: None,
             collective: context.collective.clone(),
+            cluster: context.cluster.clone(),
             clash: None,
         }
     }
@@ -129,6 +133,7 @@ impl TrainerBuilder {
             precision,
             checkpoint_io,
             collective,
+            cluster,
             clash,
         } = self;
         if let Some(kind) = clash {
@@ -160,6 +165,7 @@ impl TrainerBuilder {
         };
         let mut trainer = Trainer::with_strategy(device, options, strategy, factories)?;
         trainer.device_stats = A::device_stats;
+        trainer.cluster = cluster;
         Ok(trainer)
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod loops;
 pub mod lr_find;
 pub mod module;
 pub mod profiler;
+mod requeue;
 
 mod run;
 pub(crate) mod signals;
@@ -38,6 +39,7 @@ use serde_json::Value;
 use crate::accelerator::{Accelerator, DeviceStats};
 use crate::callbacks::{self, Callback, ModelCheckpoint, ProgressBar};
 use crate::checkpoint_io::CheckpointIO;
+use crate::cluster::ClusterEnvironment;
 use crate::collective::Collective;
 use crate::context::RunContext;
 use crate::loggers::{Logger, Loggers};
@@ -100,6 +102,8 @@ pub struct Trainer<B: AutodiffBackend> {
     device_stats: fn(&B::Device) -> DeviceStats,
     /// Times the phases of each entry point (`--trainer.profiler`; off by default).
     profiler: Profiler,
+    /// The plan's cluster environment, which may requeue the job after a SIGUSR1 stop.
+    cluster: Option<Arc<dyn ClusterEnvironment>>,
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
@@ -242,6 +246,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             hparams: Value::Null,
             device_stats: |_| DeviceStats::new(),
             options,
+            cluster: None,
         })
     }
 

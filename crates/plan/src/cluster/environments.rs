@@ -140,6 +140,17 @@ impl ClusterEnvironment for SlurmEnvironment {
             optional_usize(env, "SLURM_JOB_ID")?.map_or(SCHEDULER_DEFAULT_PORT, slurm_port);
         Ok(ranks)
     }
+    /// `scontrol requeue JOB`; an array job's task is `ARRAYJOB_TASK`, as Lightning names it.
+    fn requeue_command(&self, env: &Env) -> Option<Vec<String>> {
+        let job = match (
+            env.get("SLURM_ARRAY_JOB_ID"),
+            env.get("SLURM_ARRAY_TASK_ID"),
+        ) {
+            (Some(array), Some(task)) => format!("{array}_{task}"),
+            _ => env.get("SLURM_JOB_ID")?.clone(),
+        };
+        Some(vec!["scontrol".into(), "requeue".into(), job])
+    }
 }
 
 /// An interactive allocation (`srun --pty bash`, `salloc`): its processes are not ranks.

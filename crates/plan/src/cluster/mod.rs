@@ -73,6 +73,15 @@ pub trait ClusterEnvironment: Send + Sync {
         let _ = plan;
         Ok(())
     }
+
+    /// The command (program and arguments) that asks the scheduler to run this job again from
+    /// the start of its script, as Lightning's `SLURMEnvironment(auto_requeue=True)` does: rank
+    /// 0 runs it after writing the checkpoint that a SIGUSR1 stop asked for, when
+    /// `--trainer.auto_requeue` is on. `None` (the default): the run just stops.
+    fn requeue_command(&self, env: &Env) -> Option<Vec<String>> {
+        let _ = env;
+        None
+    }
 }
 
 /// The built-in environments, in detection order (local last: it always matches).

@@ -46,6 +46,27 @@ fn slurm_without_a_node_list_or_job_id_uses_lightnings_defaults() {
 }
 
 #[test]
+fn slurm_requeues_its_job_or_its_array_task_and_the_others_do_not() {
+    let command = |vars: &[(&str, &str)]| SlurmEnvironment.requeue_command(&env(vars));
+    assert_eq!(
+        command(&[("SLURM_JOB_ID", "1234")]),
+        Some(vec!["scontrol".into(), "requeue".into(), "1234".into()])
+    );
+    let array = [
+        ("SLURM_JOB_ID", "1240"),
+        ("SLURM_ARRAY_JOB_ID", "1234"),
+        ("SLURM_ARRAY_TASK_ID", "6"),
+    ];
+    assert_eq!(command(&array).unwrap()[2], "1234_6");
+    assert_eq!(command(&[("SLURM_NTASKS", "2")]), None);
+    let others: [&dyn ClusterEnvironment; 3] =
+        [&LocalEnvironment, &TorchElasticEnvironment, &MpiEnvironment];
+    for other in others {
+        assert_eq!(other.requeue_command(&env(&[("SLURM_JOB_ID", "1")])), None);
+    }
+}
+
+#[test]
 fn slurm_detection_skips_interactive_jobs() {
     assert!(!SlurmEnvironment.detect(&env(&[])));
     assert!(SlurmEnvironment.detect(&env(&[("SLURM_NTASKS", "2")])));

@@ -232,6 +232,12 @@ trainer_options! {
     /// this many times, as torchrun's `--max-restarts` (docs/distributed.md).
     max_restarts: u64 = 0, Count,
         "local launcher: restart every rank from the last checkpoint when one fails, at most this many times";
+    /// SLURM (Lightning's `SLURMEnvironment(auto_requeue=True)`): on SIGUSR1, the signal
+    /// `#SBATCH --signal=USR1@SECONDS` sends before the time limit, every rank stops after its
+    /// step, rank 0 writes a checkpoint and requeues the job (`scontrol requeue`), whose script
+    /// then resumes with `--trainer.ckpt_path=last`. `false`: SIGUSR1 only stops the run.
+    auto_requeue: bool = true, Flag,
+        "SLURM: on SIGUSR1, save a checkpoint and requeue the job (scontrol requeue)";
 }
 
 /// Whether `key` is a loop option.

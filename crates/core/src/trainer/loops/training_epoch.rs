@@ -296,7 +296,7 @@ where
         }
         parts.serve_state()?;
         self.interrupted = Some(path);
-        Ok(())
+        self.trainer.requeue_after(signal)
     }
 }
 
