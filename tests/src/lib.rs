@@ -8,6 +8,7 @@
 pub mod docs;
 pub mod fault;
 pub mod pair;
+pub mod powerloss;
 pub mod process;
 pub mod regression;
 pub mod resume;
