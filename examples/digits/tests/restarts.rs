@@ -251,3 +251,65 @@ fn only_sigusr1_requeues_and_auto_requeue_false_turns_it_off() {
         assert!(stderr.contains("checkpoint saved to"), "{stderr}");
     }
 }
+
+/// Runs digits with `args` in `dir` (no launcher options of [`RUN`]); its summary line.
+fn summary(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(args)
+        .args([
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+        ])
+        .current_dir(dir)
+        .env("EMBER_INVENTORY", "")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_restart_with_fewer_ranks_continues_from_the_same_checkpoint() {
+    if !mpirun_available() {
+        return;
+    }
+    // 1437 training samples in batches of 64: 23 batches an epoch in one process, 12 on each
+    // of two ranks.
+    let dir = tempfile::tempdir().unwrap();
+    let two = summary(
+        dir.path(),
+        &["fit", "--trainer.devices=2", "--trainer.max_epochs=4"],
+    );
+    assert!(two.contains("trained 48 steps"), "{two}");
+    // Written at an epoch's end by 2 ranks: one process starts the next epoch.
+    let resume = ["fit", "--trainer.devices=1", "--trainer.ckpt_path=last"];
+    let one = summary(
+        dir.path(),
+        &[&resume[..], &["--trainer.max_epochs=6"]].concat(),
+    );
+    assert!(
+        one.contains("trained 46 steps (to global step 94)"),
+        "{one}"
+    );
+
+    // Written 6 batches into an epoch on each of 2 ranks: the epoch's first 12 batches' worth,
+    // so one process has 11 of its 23 left.
+    let dir = tempfile::tempdir().unwrap();
+    let two = summary(
+        dir.path(),
+        &["fit", "--trainer.devices=2", "--trainer.max_steps=30"],
+    );
+    assert!(two.contains("trained 30 steps"), "{two}");
+    let one = summary(
+        dir.path(),
+        &[&resume[..], &["--trainer.max_epochs=4"]].concat(),
+    );
+    assert!(
+        one.contains("trained 34 steps (to global step 64)"),
+        "{one}"
+    );
+}

@@ -104,6 +104,8 @@ pub struct TrainerState {
     pub log_dir: Option<PathBuf>,
     /// Whether this process is global rank 0 (the one that writes).
     pub is_global_zero: bool,
+    /// Processes in the run (Lightning's `trainer.world_size`).
+    pub world_size: usize,
     /// Steps between step-metric writes.
     pub log_every_n_steps: u64,
     /// Whether this is a fast dev run (no checkpoints, no logs).

@@ -97,6 +97,8 @@ where
             epoch: state.epoch,
             global_step: state.global_step,
             batches_done: state.batches_done as u64,
+            epoch_done: state.batches_done >= state.num_training_batches,
+            world_size: state.world_size as u64,
             learning_rate: state.learning_rate,
             seed,
         };
@@ -334,6 +336,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             default_root_dir: o.default_root_dir.clone(),
             log_dir: self.log_dir().map(Path::to_owned),
             is_global_zero: self.is_global_zero(),
+            world_size: self.collective().world_size(),
             log_every_n_steps: o.log_every_n_steps,
             fast_dev_run: o.fast_dev_run > 0,
             ..TrainerState::default()

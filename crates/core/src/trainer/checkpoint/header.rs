@@ -27,8 +27,16 @@ pub struct CheckpointHeader {
     pub epoch: u64,
     /// Optimizer steps taken when it was written.
     pub global_step: u64,
-    /// Training batches completed in `epoch` when it was written.
+    /// Training batches completed in `epoch` when it was written (each process's).
     pub batches_done: u64,
+    /// Whether those were all of the epoch's training batches (`false` in files written before
+    /// this was recorded: `batches_done` then decides).
+    #[serde(default)]
+    pub epoch_done: bool,
+    /// Processes in the run that wrote it (0 in files written before this was recorded: taken
+    /// as the resuming run's).
+    #[serde(default)]
+    pub world_size: u64,
     /// The learning rate of the latest optimizer step.
     pub learning_rate: f64,
     /// The run's seed (the epochs' shuffles follow from it).

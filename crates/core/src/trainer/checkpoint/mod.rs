@@ -54,8 +54,12 @@ pub struct Progress {
     pub epoch: u64,
     /// Optimizer steps taken.
     pub global_step: u64,
-    /// Training batches completed in `epoch`.
+    /// Training batches completed in `epoch` (each process's).
     pub batches_done: u64,
+    /// Whether those were all of the epoch's training batches.
+    pub epoch_done: bool,
+    /// Processes in the run that wrote it.
+    pub world_size: u64,
     /// The learning rate of the latest optimizer step.
     pub learning_rate: f64,
     /// The run's seed.
@@ -157,6 +161,8 @@ impl Checkpoint {
             epoch: progress.epoch,
             global_step: progress.global_step,
             batches_done: progress.batches_done,
+            epoch_done: progress.epoch_done,
+            world_size: progress.world_size,
             learning_rate: progress.learning_rate,
             seed: progress.seed,
             metrics,

@@ -14,7 +14,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::fit::{FitLoop, Position};
 use super::optimization::{Optimization, SlotSections};
-use super::schedule::FitSchedule;
+use super::schedule::{FitSchedule, batches_here};
 use crate::callbacks::{self, Callback, CheckpointTensors};
 use crate::optim::{self, ExactState};
 use crate::plugins::dtype;
@@ -107,7 +107,13 @@ where
                 slot.lr = rate;
             }
         }
-        let (epoch, skip) = schedule.resume_at(h.epoch, usize::try_from(h.batches_done)?);
+        let world = trainer.collective().world_size() as u64;
+        let done = if h.epoch_done {
+            None
+        } else {
+            Some(batches_here(h.batches_done, h.world_size, world))
+        };
+        let (epoch, skip) = schedule.resume_at(h.epoch, done);
         tracing::info!(
             target: "ember",
             "resuming from {} at epoch {epoch}, batch {skip}, step {}",

@@ -100,13 +100,12 @@ impl FitSchedule {
         })
     }
 
-    /// Where a run resumes that stopped after `batches_done` batches of `epoch`: the epoch
-    /// and the batches of it to skip.
-    pub fn resume_at(&self, epoch: u64, batches_done: usize) -> (u64, usize) {
-        if batches_done >= self.train_batches {
-            (epoch + 1, 0)
-        } else {
-            (epoch, batches_done)
+    /// Where a run resumes that stopped in `epoch` after `batches_done` of this process's
+    /// batches (`None`: after all of the epoch's): the epoch and the batches of it to skip.
+    pub fn resume_at(&self, epoch: u64, batches_done: Option<usize>) -> (u64, usize) {
+        match batches_done {
+            Some(done) if done < self.train_batches => (epoch, done),
+            _ => (epoch + 1, 0),
         }
     }
 
@@ -155,6 +154,19 @@ impl FitSchedule {
         self.max_steps.is_some_and(|m| global_step >= m)
             || (should_stop && epochs_done >= self.min_epochs && global_step >= self.min_steps)
     }
+}
+
+/// This process's batches done in an epoch of which each of `written_world` processes had done
+/// `done` batches: the same share of the epoch. Ranks take interleaved positions, so `done`
+/// batches on each of N ranks cover the epoch's first `done × N` batches' worth of positions;
+/// where that does not divide among this world's ranks it is rounded down, so a few samples
+/// are trained again. A `written_world` of 0 (not recorded) is taken as this one.
+pub fn batches_here(done: u64, written_world: u64, world: u64) -> usize {
+    let here = match written_world {
+        0 => done,
+        n => done * n / world.max(1),
+    };
+    usize::try_from(here).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
@@ -268,7 +280,20 @@ mod tests {
         let s = schedule(o, 10, &[]);
         assert!(s.stops(5, false, 0));
         assert!(!s.stops(4, true, 1) && s.stops(4, true, 2));
-        assert_eq!(s.resume_at(3, 10), (4, 0));
-        assert_eq!(s.resume_at(3, 4), (3, 4));
+        assert_eq!(s.resume_at(3, Some(10)), (4, 0));
+        assert_eq!(s.resume_at(3, Some(4)), (3, 4));
+        assert_eq!(s.resume_at(3, None), (4, 0));
+    }
+
+    #[test]
+    fn a_position_written_by_another_world_size_keeps_its_share_of_the_epoch() {
+        // 6 batches on each of 2 ranks: the first 12 batches' positions.
+        assert_eq!(batches_here(6, 2, 1), 12);
+        assert_eq!(batches_here(6, 2, 4), 3);
+        // 5 batches on each of 2 ranks, read by 4: rounded down (a few samples again).
+        assert_eq!(batches_here(5, 2, 4), 2);
+        assert_eq!(batches_here(7, 3, 3), 7);
+        // Not recorded (written before ember recorded it): this world's.
+        assert_eq!(batches_here(7, 0, 2), 7);
     }
 }
