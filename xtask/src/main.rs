@@ -15,7 +15,8 @@ const HELP: &str = "\
 cargo xtask <task>
 
   digits [ARGS]      train the digits example on CPU (release build): digits fit ARGS
-  test               every test: the acceptance suite once per backend (see test-matrix)
+  test [--row NAME]  every test: the acceptance suite once per backend (see test-matrix);
+                     --row cpu|cuda|wgpu|xla|tch runs that row alone
   test-matrix        cpu: all tests; cuda: build + unit/acceptance tests (no GPU needed);
                      wgpu: build + tests (lavapipe when no GPU); tch: LibTorch's tests on
                      its CPU (the pinned torch venv); xla: the xla accelerator's tests on
@@ -238,9 +239,29 @@ fn matrix() -> Vec<Row> {
     ]
 }
 
-fn test_matrix() -> bool {
+/// The rows `--row NAME` picks from `args` (every row without it); `None` for a name that is
+/// not a row, or a `--row` without one (the message says which rows there are).
+fn selected_rows(args: &[&str]) -> Option<Vec<Row>> {
+    let rows = matrix();
+    let Some(at) = args.iter().position(|a| *a == "--row") else {
+        return Some(rows);
+    };
+    let names: Vec<&str> = rows.iter().map(|r| r.backend).collect();
+    let wanted = args.get(at + 1).copied().unwrap_or("");
+    let picked: Vec<Row> = rows.into_iter().filter(|r| r.backend == wanted).collect();
+    if picked.is_empty() {
+        eprintln!(
+            "xtask: invalid --row value `{wanted}`: expected one of {}",
+            names.join(", ")
+        );
+        return None;
+    }
+    Some(picked)
+}
+
+fn test_matrix(rows: Vec<Row>) -> bool {
     let mut results = Vec::new();
-    for row in matrix() {
+    for row in rows {
         let start = Instant::now();
         let more = if row.builds_libtorch() {
             torch_env()
@@ -278,7 +299,10 @@ fn main() -> ExitCode {
             cargo.extend(&rest);
             setup(false) && run("cargo", &cargo, &[])
         }
-        Some("test") | Some("test-matrix") => setup(true) && test_matrix(),
+        Some("test") | Some("test-matrix") => match selected_rows(&rest) {
+            Some(rows) => setup(true) && test_matrix(rows),
+            None => return ExitCode::from(2),
+        },
         Some("fault") => match rest.first() {
             Some(&"checkpoint") => {
                 let mut cargo = vec![
@@ -387,7 +411,7 @@ fn main() -> ExitCode {
         Some("lint") => setup(true) && lint(),
         Some("ci") => {
             let start = Instant::now();
-            let ok = setup(true) && lint() && test_matrix();
+            let ok = setup(true) && lint() && test_matrix(matrix());
             println!(
                 "ci: {} in {} s",
                 if ok { "green" } else { "FAILED" },

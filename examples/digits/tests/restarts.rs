@@ -135,13 +135,14 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
     if !mpirun_available() {
         return;
     }
-    // 18000 steps, about 45 s: longer than SLURM takes to send the signal (at most ~35 s
-    // after the start with a one-minute limit signalled 55 s before its end).
+    // 18000 steps, about 45 s: longer than SLURM takes to send the signal (10 to ~40 s after
+    // the start with a one-minute limit signalled 50 s before its end; not sooner, so that the
+    // ranks are training when it comes).
     let long = "--trainer.max_epochs=1500";
     let dir = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-slurm.sh");
     let out = Command::new(script)
-        .args(["--requeue", "55", env!("CARGO_BIN_EXE_digits")])
+        .args(["--requeue", "50", env!("CARGO_BIN_EXE_digits")])
         .args(RUN)
         .args([long, "--trainer.ckpt_path=last"])
         .current_dir(dir.path())
@@ -179,6 +180,13 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
         uninterrupted.status.success(),
         "{}",
         String::from_utf8_lossy(&uninterrupted.stderr)
+    );
+    let finished = checkpoints(dir.path())
+        .into_iter()
+        .any(|p| p.ends_with("epoch=1499-step=18000.ckpt"));
+    assert!(
+        finished,
+        "the job ended before its last step:\n{stdout}\n{stderr}"
     );
     assert!(
         weights(&final_checkpoint(dir.path(), 18000))
