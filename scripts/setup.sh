@@ -113,6 +113,24 @@ if [ "${1:-}" = "--torch" ]; then
     fi
 fi
 
+# With --jax: jax and optax (pinned) in a venv of their own, for `cargo xtask bench xla`, which
+# trains the same MLPs in jax beside ember's xla accelerator. jax 0.11 and later need Python
+# >= 3.12 and this machine's is 3.11, so the pin is jax 0.10.2 (what pip resolves for 3.11).
+# ~600 MB and ~10 s the first time; reused while the recorded pins match.
+if [ "${1:-}" = "--jax" ]; then
+    jax_pins="jax==0.10.2 jaxlib==0.10.2 optax==0.2.8"
+    jax_venv="${EMBER_JAX_VENV:-$HOME/.cache/ember-jax/venv}"
+    if [ "$(cat "$jax_venv/ember-pins.txt" 2>/dev/null)" != "$jax_pins" ] \
+        || ! "$jax_venv/bin/python" -c "import jax, optax" 2>/dev/null; then
+        echo "setup: installing $jax_pins into $jax_venv (pip)"
+        rm -rf "$jax_venv"
+        python3 -m venv "$jax_venv"
+        # shellcheck disable=SC2086 # the pins are words
+        "$jax_venv/bin/python" -m pip install --quiet --disable-pip-version-check $jax_pins
+        echo "$jax_pins" > "$jax_venv/ember-pins.txt"
+    fi
+fi
+
 # The pinned toolchain (rust-toolchain.toml) with rustfmt and clippy.
 rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 echo "setup: ok"

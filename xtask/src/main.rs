@@ -34,8 +34,9 @@ cargo xtask <task>
   bench profiler [ROUNDS]       what --trainer.profiler=simple|advanced costs on the MLP and the CNN
   bench models [ROUNDS]         the MLP, the CNN and the transformer by ember (cpu, tch-cpu, xla),
                      a burn loop, a torch loop and Lightning; ember(cpu)/Lightning (the torch venv)
-  bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu on digits and a
-                     wide MLP: steps/s, compiles, cache hits, host overhead per step
+  bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu and vs jax (the
+                     pinned jax venv) on digits and a wide MLP: steps/s, compiles, cache
+                     hits, host overhead per step; last line xla/jax
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
@@ -382,7 +383,7 @@ fn main() -> ExitCode {
                     "--",
                 ];
                 cargo.extend(&rest[1..]);
-                setup(false) && run("cargo", &cargo, &[])
+                run("bash", &["scripts/setup.sh", "--jax"], &[]) && run("cargo", &cargo, &[])
             }
             Some(&"profiler") => {
                 let mut cargo = vec!["bench", "-p", "convnet", "--bench", "profiler", "--"];

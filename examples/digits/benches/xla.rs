@@ -9,14 +9,20 @@
 //! hits and where a step's time goes: recording ops, preparing each program on the host
 //! (lowering, cache lookup, scalars and arguments), running it in the plugin, and the rest
 //! (burn's autodiff and router, the Trainer, the batches). Host overhead is recording plus
-//! preparing, as a share of the step. The last line is `xla/flex: X.XXx`: the wide MLP's
-//! steps/s on xla over cpu (medians).
+//! preparing, as a share of the step. Each round also trains the same MLP in jax
+//! (`benches/jax_mlp.py`: one jitted step with optax's Adam, same sizes, batch and epochs, on
+//! jax's CPU client, in a process of its own that first fits once to compile, then times a
+//! fit; the venv `scripts/setup.sh --jax` pins). Both sides see the same environment, so
+//! `PJRT_NPROC` (XLA CPU's pool sizes), when given, limits both alike. The last line is
+//! `xla/jax: digits X.XXx, wide X.XXx`: steps/s on xla over jax (medians).
 
 #[path = "common/rounds.rs"]
 mod rounds;
 use rounds::{median, rounds};
 
 use std::cell::RefCell;
+use std::path::PathBuf;
+use std::process::Command;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -121,8 +127,55 @@ fn fit<A: Accelerator>(work: &Workload) -> anyhow::Result<Fit> {
     })
 }
 
-/// Measures one workload; returns the medians of steps/s on xla and on cpu.
-fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64)> {
+/// What jax's side of a round reports (`benches/jax_mlp.py`).
+#[derive(serde::Deserialize)]
+struct JaxFit {
+    steps: u64,
+    seconds: f64,
+    first_fit_compiles: u64,
+    first_fit_compile_seconds: f64,
+    timed_fit_compiles: u64,
+    jax: String,
+}
+
+/// The python of the jax venv (`scripts/setup.sh --jax`; `EMBER_JAX_VENV` moves it).
+fn jax_python() -> PathBuf {
+    let venv = std::env::var_os("EMBER_JAX_VENV").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/ember-jax/venv")
+        },
+        PathBuf::from,
+    );
+    venv.join("bin/python")
+}
+
+/// Trains `work` in jax: a first fit that compiles, then the timed one.
+fn jax_fit(work: &Workload) -> anyhow::Result<JaxFit> {
+    let widths: Vec<String> = work.hidden.iter().map(usize::to_string).collect();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/jax_mlp.py");
+    let out = Command::new(jax_python())
+        .arg(script)
+        .args(["--hidden", &widths.join(",")])
+        .args(["--batch", &work.batch.to_string()])
+        .args(["--epochs", &work.epochs.to_string()])
+        .output()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "jax: cannot run {} ({e}): scripts/setup.sh --jax",
+                jax_python().display()
+            )
+        })?;
+    ensure!(
+        out.status.success(),
+        "jax: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Measures one workload; returns the medians of steps/s on xla, on cpu and in jax.
+fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64, f64)> {
     println!("{}", work.describe());
     let before = stats();
     let first = fit::<XlaAccelerator>(work)?;
@@ -138,7 +191,7 @@ fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64)> {
     );
     fit::<CpuAccelerator>(work)?;
 
-    let (mut xla, mut cpu) = (Vec::new(), Vec::new());
+    let (mut xla, mut cpu, mut jax) = (Vec::new(), Vec::new(), Vec::new());
     let mut counted = CacheStats::default();
     let (mut xla_seconds, mut xla_steps) = (0.0, 0);
     for round in 0..rounds {
@@ -156,18 +209,28 @@ fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64)> {
             Some(c) => c,
             None => fit::<CpuAccelerator>(work)?,
         };
+        let j = jax_fit(work)?;
         ensure!(
-            x.steps == c.steps,
-            "xla trained {} steps, cpu {}",
+            x.steps == c.steps && x.steps == j.steps,
+            "xla trained {} steps, cpu {}, jax {}",
             x.steps,
-            c.steps
+            c.steps,
+            j.steps
         );
+        if round == 0 {
+            println!(
+                "  jax {} first fit: {} programs compiled in {:.2} s; its timed fit compiled {}",
+                j.jax, j.first_fit_compiles, j.first_fit_compile_seconds, j.timed_fit_compiles
+            );
+        }
+        let j = j.steps as f64 / j.seconds;
         println!(
-            "  round {round}: xla {:.0} steps/s, cpu {:.0} steps/s ({} steps each)",
+            "  round {round}: xla {:.0} steps/s, cpu {:.0} steps/s, jax {j:.0} steps/s ({} steps each)",
             x.steps_per_second(),
             c.steps_per_second(),
             x.steps
         );
+        jax.push(j);
         counted = counted + during;
         xla_seconds += x.seconds;
         xla_steps += x.steps;
@@ -175,12 +238,13 @@ fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64)> {
         cpu.push(c.steps_per_second());
     }
     print_breakdown(&counted, xla_seconds, xla_steps);
-    let (xla, cpu) = (median(xla), median(cpu));
+    let (xla, cpu, jax) = (median(xla), median(cpu), median(jax));
     println!(
-        "  median steps/s: xla {xla:.0}, cpu {cpu:.0}; xla/flex {:.2}x",
-        xla / cpu
+        "  median steps/s: xla {xla:.0}, cpu {cpu:.0}, jax {jax:.0}; xla/flex {:.2}x, xla/jax {:.2}x",
+        xla / cpu,
+        xla / jax
     );
-    Ok((xla, cpu))
+    Ok((xla, cpu, jax))
 }
 
 /// Where the timed xla fits' steps spent their time.
@@ -222,8 +286,13 @@ fn main() -> anyhow::Result<()> {
         batch: 256,
         epochs: 10,
     };
-    measure(&digits, rounds)?;
-    let (xla, cpu) = measure(&wide, rounds)?;
-    println!("xla/flex: {:.2}x", xla / cpu);
+    let (digits_xla, _, digits_jax) = measure(&digits, rounds)?;
+    let (wide_xla, wide_cpu, wide_jax) = measure(&wide, rounds)?;
+    println!("xla/flex (wide): {:.2}x", wide_xla / wide_cpu);
+    println!(
+        "xla/jax: digits {:.2}x, wide {:.2}x",
+        digits_xla / digits_jax,
+        wide_xla / wide_jax
+    );
     Ok(())
 }
