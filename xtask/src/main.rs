@@ -6,10 +6,13 @@
 //! `CARGO_INCREMENTAL=0` (each unless already set).
 
 mod layering;
+mod matrix;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
+
+use matrix::{matrix, selected_rows, test_matrix};
 
 const HELP: &str = "\
 cargo xtask <task>
@@ -17,10 +20,12 @@ cargo xtask <task>
   digits [ARGS]      train the digits example on CPU (release build): digits fit ARGS
   test [--row NAME]  every test: the acceptance suite once per backend (see test-matrix);
                      --row cpu|cuda|wgpu|xla|tch runs that row alone
-  test-matrix        cpu: all tests; cuda: build + unit/acceptance tests (no GPU needed);
-                     wgpu: build + tests (lavapipe when no GPU); tch: LibTorch's tests on
-                     its CPU (the pinned torch venv); xla: the xla accelerator's tests on
-                     XLA's CPU PJRT plugin (setup.sh caches it); prints backend x result
+  test-matrix        cpu: all tests; the backend rows build the workspace with their feature
+                     and run the tests that change with it (ember, the acceptance suite,
+                     digits, the row's accelerator crate; conv on xla): cuda (no GPU
+                     needed); wgpu (lavapipe when no GPU); tch: LibTorch's CPU (the pinned
+                     torch venv); xla: XLA's CPU PJRT plugin (setup.sh caches it); prints
+                     backend x result
   bench cpu-backends [ROUNDS]   Flex vs NdArray on the digits model
   bench overhead [ROUNDS]       the Trainer vs a hand-written burn loop (digits, cpu)
   bench precision [ROUNDS] [--accelerator cpu|cuda|wgpu] [--hidden W,..] [--batch N]
@@ -168,127 +173,6 @@ fn lint() -> bool {
 
 /// The package names of burn's crates patched in vendor/ (each has a PATCHES.md).
 const VENDORED: [&str; 2] = ["burn-flex", "burn-autodiff"];
-
-/// One row of the backend matrix: a name and the features its `cargo test` runs with.
-///
-/// Every row tests the whole workspace so that dependency features unify the same way in each
-/// row and burn is built once, not once per row; only the tch row builds ember-accel-tch (its
-/// build needs the torch venv, whose variables it gets).
-struct Row {
-    backend: &'static str,
-    what: &'static str,
-    features: Option<&'static str>,
-    envs: Vec<(&'static str, &'static str)>,
-}
-
-impl Row {
-    fn builds_libtorch(&self) -> bool {
-        self.backend == "tch"
-    }
-
-    /// The row's `cargo` arguments.
-    fn args(&self) -> Vec<&'static str> {
-        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
-        if !self.builds_libtorch() {
-            args.extend(["--exclude", "ember-accel-tch"]);
-        }
-        if self.backend != "cpu" {
-            // The vendored crates' own suites do not depend on the row's features.
-            for package in VENDORED {
-                args.extend(["--exclude", package]);
-            }
-        }
-        if let Some(features) = self.features {
-            args.extend(["--features", features]);
-        }
-        args
-    }
-}
-
-fn matrix() -> Vec<Row> {
-    vec![
-        Row {
-            backend: "cpu",
-            what: "build + all tests",
-            features: None,
-            envs: vec![],
-        },
-        Row {
-            backend: "cuda",
-            what: "build + unit and acceptance tests (no GPU needed)",
-            features: Some("ember-acceptance/cuda,digits/cuda"),
-            envs: vec![],
-        },
-        Row {
-            backend: "wgpu",
-            what: "build + unit and acceptance tests (lavapipe when no GPU)",
-            features: Some("ember-acceptance/wgpu,digits/wgpu"),
-            envs: vec![("EMBER_WGPU_SOFTWARE", "1")],
-        },
-        Row {
-            backend: "xla",
-            what: "build + unit, acceptance, digits and conv tests on XLA's CPU plugin",
-            features: Some("ember-acceptance/tpu-xla,digits/tpu-xla,convnet/tpu-xla"),
-            envs: vec![],
-        },
-        Row {
-            backend: "tch",
-            what: "build + unit, acceptance and digits tests on LibTorch's CPU",
-            features: Some("ember-acceptance/tch,digits/tch"),
-            envs: vec![],
-        },
-    ]
-}
-
-/// The rows `--row NAME` picks from `args` (every row without it); `None` for a name that is
-/// not a row, or a `--row` without one (the message says which rows there are).
-fn selected_rows(args: &[&str]) -> Option<Vec<Row>> {
-    let rows = matrix();
-    let Some(at) = args.iter().position(|a| *a == "--row") else {
-        return Some(rows);
-    };
-    let names: Vec<&str> = rows.iter().map(|r| r.backend).collect();
-    let wanted = args.get(at + 1).copied().unwrap_or("");
-    let picked: Vec<Row> = rows.into_iter().filter(|r| r.backend == wanted).collect();
-    if picked.is_empty() {
-        eprintln!(
-            "xtask: invalid --row value `{wanted}`: expected one of {}",
-            names.join(", ")
-        );
-        return None;
-    }
-    Some(picked)
-}
-
-fn test_matrix(rows: Vec<Row>) -> bool {
-    let mut results = Vec::new();
-    for row in rows {
-        let start = Instant::now();
-        let more = if row.builds_libtorch() {
-            torch_env()
-        } else {
-            Vec::new()
-        };
-        let ok = run_in("cargo", &row.args(), &row.envs, &more);
-        results.push((row.backend, row.what, ok, start.elapsed().as_secs()));
-    }
-    println!(
-        "\n{:<8} {:<58} {:<6} {:>6}",
-        "backend", "what", "result", "secs"
-    );
-    for (backend, what, ok, secs) in &results {
-        println!(
-            "{backend:<8} {what:<58} {:<6} {secs:>6}",
-            if *ok { "pass" } else { "FAIL" }
-        );
-    }
-    let passed = results.iter().filter(|r| r.2).count();
-    println!(
-        "test-matrix: {passed} passed, {} failed",
-        results.len() - passed
-    );
-    passed == results.len()
-}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

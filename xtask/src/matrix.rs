@@ -1,0 +1,243 @@
+//! The test matrix: one `cargo test` a backend (`cargo xtask test [--row NAME]`).
+
+use std::time::Instant;
+
+use crate::{VENDORED, run_in, torch_env};
+
+/// The workspace packages whose tests do not change with a backend row's features: the cpu row
+/// runs them; a backend row would build and run them again unchanged (they see the backend
+/// only as one more registered accelerator, and run on cpu). The accelerator crates are in
+/// [`ACCELERATOR_CRATES`].
+const FEATURE_INDEPENDENT: [&str; 11] = [
+    "ember-plan",
+    "ember-core",
+    "ember-derive",
+    "ember-mpi",
+    "first_model",
+    "gan",
+    "transformer",
+    "custom_accelerator",
+    "custom_plugins",
+    "convnet",
+    "xtask",
+];
+
+/// Each backend's accelerator crate: a backend row tests its own.
+const ACCELERATOR_CRATES: [(&str, &str); 5] = [
+    ("cpu", "ember-accel-cpu"),
+    ("cuda", "ember-accel-cuda"),
+    ("wgpu", "ember-accel-wgpu"),
+    ("xla", "ember-accel-tpu-xla"),
+    ("tch", "ember-accel-tch"),
+];
+
+/// One row of the backend matrix: a name, the features its `cargo test` runs with, and the
+/// feature-independent packages it tests anyway (conv has an xla feature of its own).
+///
+/// Every row names the whole workspace (`--workspace`, leaving packages out with `--exclude`)
+/// so that dependency features unify the same way in each row and burn is built once, not once
+/// per row: selecting packages with `-p` instead unifies them differently and rebuilt cubecl
+/// and burn (measured: 4 m 26 s for the cuda row's packages). The cpu row tests everything but
+/// ember-accel-tch, whose build needs the torch venv; a backend row tests ember, the
+/// acceptance suite, digits and its accelerator crate (the tests that change with its features).
+pub(crate) struct Row {
+    backend: &'static str,
+    what: &'static str,
+    features: Option<&'static str>,
+    keeps: &'static [&'static str],
+    envs: Vec<(&'static str, &'static str)>,
+}
+
+impl Row {
+    fn builds_libtorch(&self) -> bool {
+        self.backend == "tch"
+    }
+
+    /// The row's `cargo` arguments.
+    fn args(&self) -> Vec<&'static str> {
+        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
+        if !self.builds_libtorch() {
+            args.extend(["--exclude", "ember-accel-tch"]);
+        }
+        if self.backend != "cpu" {
+            // The vendored crates' own suites do not depend on the row's features either.
+            let others = ACCELERATOR_CRATES
+                .iter()
+                .filter(|(backend, package)| {
+                    *backend != self.backend && *package != "ember-accel-tch"
+                })
+                .map(|(_, package)| *package);
+            let left_out = (VENDORED.into_iter())
+                .chain(
+                    FEATURE_INDEPENDENT
+                        .into_iter()
+                        .filter(|p| !self.keeps.contains(p)),
+                )
+                .chain(others);
+            for package in left_out {
+                args.extend(["--exclude", package]);
+            }
+        }
+        if let Some(features) = self.features {
+            args.extend(["--features", features]);
+        }
+        args
+    }
+}
+
+pub(crate) fn matrix() -> Vec<Row> {
+    vec![
+        Row {
+            backend: "cpu",
+            what: "build + all tests",
+            features: None,
+            keeps: &[],
+            envs: vec![],
+        },
+        Row {
+            backend: "cuda",
+            what: "build + unit, acceptance and digits tests (no GPU needed)",
+            features: Some("ember-acceptance/cuda,digits/cuda"),
+            keeps: &[],
+            envs: vec![],
+        },
+        Row {
+            backend: "wgpu",
+            what: "build + unit, acceptance and digits tests (lavapipe when no GPU)",
+            features: Some("ember-acceptance/wgpu,digits/wgpu"),
+            keeps: &[],
+            envs: vec![("EMBER_WGPU_SOFTWARE", "1")],
+        },
+        Row {
+            backend: "xla",
+            what: "build + unit, acceptance, digits and conv tests on XLA's CPU plugin",
+            features: Some("ember-acceptance/tpu-xla,digits/tpu-xla,convnet/tpu-xla"),
+            keeps: &["convnet"],
+            envs: vec![],
+        },
+        Row {
+            backend: "tch",
+            what: "build + unit, acceptance and digits tests on LibTorch's CPU",
+            features: Some("ember-acceptance/tch,digits/tch"),
+            keeps: &[],
+            envs: vec![],
+        },
+    ]
+}
+
+/// The rows `--row NAME` picks from `args` (every row without it); `None` for a name that is
+/// not a row, or a `--row` without one (the message says which rows there are).
+pub(crate) fn selected_rows(args: &[&str]) -> Option<Vec<Row>> {
+    let rows = matrix();
+    let Some(at) = args.iter().position(|a| *a == "--row") else {
+        return Some(rows);
+    };
+    let names: Vec<&str> = rows.iter().map(|r| r.backend).collect();
+    let wanted = args.get(at + 1).copied().unwrap_or("");
+    let picked: Vec<Row> = rows.into_iter().filter(|r| r.backend == wanted).collect();
+    if picked.is_empty() {
+        eprintln!(
+            "xtask: invalid --row value `{wanted}`: expected one of {}",
+            names.join(", ")
+        );
+        return None;
+    }
+    Some(picked)
+}
+
+pub(crate) fn test_matrix(rows: Vec<Row>) -> bool {
+    let mut results = Vec::new();
+    for row in rows {
+        let start = Instant::now();
+        let more = if row.builds_libtorch() {
+            torch_env()
+        } else {
+            Vec::new()
+        };
+        let ok = run_in("cargo", &row.args(), &row.envs, &more);
+        results.push((row.backend, row.what, ok, start.elapsed().as_secs()));
+    }
+    println!(
+        "\n{:<8} {:<58} {:<6} {:>6}",
+        "backend", "what", "result", "secs"
+    );
+    for (backend, what, ok, secs) in &results {
+        println!(
+            "{backend:<8} {what:<58} {:<6} {secs:>6}",
+            if *ok { "pass" } else { "FAIL" }
+        );
+    }
+    let passed = results.iter().filter(|r| r.2).count();
+    println!(
+        "test-matrix: {passed} passed, {} failed",
+        results.len() - passed
+    );
+    passed == results.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::root;
+
+    /// The workspace's package names, from each member's Cargo.toml.
+    fn workspace_packages() -> Vec<String> {
+        let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+        let members = manifest
+            .split("members = [")
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap();
+        members
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .map(|member| {
+                let toml = std::fs::read_to_string(root().join(member).join("Cargo.toml")).unwrap();
+                let name = toml.split("name = \"").nth(1).unwrap();
+                name.split('"').next().unwrap().to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn backend_rows_leave_out_only_workspace_packages_and_keep_their_own() {
+        let packages = workspace_packages();
+        for row in matrix() {
+            let args = row.args();
+            let excluded: Vec<&str> = args
+                .windows(2)
+                .filter(|w| w[0] == "--exclude")
+                .map(|w| w[1])
+                .collect();
+            for name in &excluded {
+                assert!(
+                    packages.iter().any(|p| p == name),
+                    "{}: {name} is not a workspace package",
+                    row.backend
+                );
+            }
+            for kept in ["ember", "ember-acceptance", "digits"] {
+                assert!(
+                    !excluded.contains(&kept),
+                    "{} leaves out {kept}",
+                    row.backend
+                );
+            }
+            let own = ACCELERATOR_CRATES
+                .iter()
+                .find(|(b, _)| *b == row.backend)
+                .unwrap()
+                .1;
+            assert!(!excluded.contains(&own), "{} leaves out {own}", row.backend);
+        }
+        let cpu = &matrix()[0];
+        assert_eq!(
+            cpu.args().iter().filter(|a| **a == "--exclude").count(),
+            1,
+            "the cpu row tests all but tch"
+        );
+    }
+}
