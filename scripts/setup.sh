@@ -23,6 +23,21 @@ install_missing() {
     fi
 }
 
+# Installs the pip requirements `$2` (words) into a venv of their own at `$1`, unless it already
+# holds exactly them (its ember-pin.txt) and `import $3` works there.
+pinned_venv() {
+    local venv=$1 pins=$2 modules=$3
+    if [ "$(cat "$venv/ember-pin.txt" 2>/dev/null)" != "$pins" ] \
+        || ! "$venv/bin/python" -c "import $modules" 2>/dev/null; then
+        echo "setup: installing $pins into $venv (pip)"
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+        # shellcheck disable=SC2086 # the pins are words
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $pins
+        echo "$pins" > "$venv/ember-pin.txt"
+    fi
+}
+
 if [ "${1:-}" = "--mpi" ]; then
     install_missing "${mpi_packages[@]}"
     echo "setup: ok (mpi)"
@@ -101,16 +116,7 @@ fi
 # real tracking server it starts (`mlflow server`, SQLite backend) and reads back with MLflow's
 # own client. ~850 MB and ~40 s the first time; reused while its recorded pin matches.
 if [ "${1:-}" = "--torch" ]; then
-    mlflow_pin="mlflow==3.17.2"
-    mlflow_venv="${EMBER_MLFLOW_VENV:-$HOME/.cache/ember-mlflow/venv}"
-    if [ "$(cat "$mlflow_venv/ember-pin.txt" 2>/dev/null)" != "$mlflow_pin" ] \
-        || ! "$mlflow_venv/bin/python" -c "import mlflow" 2>/dev/null; then
-        echo "setup: installing $mlflow_pin into $mlflow_venv (pip)"
-        rm -rf "$mlflow_venv"
-        python3 -m venv "$mlflow_venv"
-        "$mlflow_venv/bin/python" -m pip install --quiet --disable-pip-version-check "$mlflow_pin"
-        echo "$mlflow_pin" > "$mlflow_venv/ember-pin.txt"
-    fi
+    pinned_venv "${EMBER_MLFLOW_VENV:-$HOME/.cache/ember-mlflow/venv}" "mlflow==3.17.2" mlflow
 fi
 
 # With --jax: jax and optax (pinned) in a venv of their own, for `cargo xtask bench xla`, which
@@ -118,17 +124,8 @@ fi
 # >= 3.12 and this machine's is 3.11, so the pin is jax 0.10.2 (what pip resolves for 3.11).
 # ~600 MB and ~10 s the first time; reused while the recorded pins match.
 if [ "${1:-}" = "--jax" ]; then
-    jax_pins="jax==0.10.2 jaxlib==0.10.2 optax==0.2.8"
-    jax_venv="${EMBER_JAX_VENV:-$HOME/.cache/ember-jax/venv}"
-    if [ "$(cat "$jax_venv/ember-pins.txt" 2>/dev/null)" != "$jax_pins" ] \
-        || ! "$jax_venv/bin/python" -c "import jax, optax" 2>/dev/null; then
-        echo "setup: installing $jax_pins into $jax_venv (pip)"
-        rm -rf "$jax_venv"
-        python3 -m venv "$jax_venv"
-        # shellcheck disable=SC2086 # the pins are words
-        "$jax_venv/bin/python" -m pip install --quiet --disable-pip-version-check $jax_pins
-        echo "$jax_pins" > "$jax_venv/ember-pins.txt"
-    fi
+    pinned_venv "${EMBER_JAX_VENV:-$HOME/.cache/ember-jax/venv}" \
+        "jax==0.10.2 jaxlib==0.10.2 optax==0.2.8" "jax, optax"
 fi
 
 # The pinned toolchain (rust-toolchain.toml) with rustfmt and clippy.
