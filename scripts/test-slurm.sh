@@ -32,6 +32,9 @@ base=$((20000 + $$ % 20000))
 pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    # A job step's slurmstepd can outlive its slurmd (and ignore SIGTERM then); this machine
+    # runs no other SLURM.
+    pkill -9 -x slurmstepd 2>/dev/null || true
     # slurmd sometimes ignores SIGTERM once slurmctld is gone: give each daemon 5 s, then kill.
     for pid in "${pids[@]}"; do
         for _ in $(seq 50); do
@@ -111,8 +114,14 @@ for _ in $(seq 1200); do
             again=$(scontrol show job "$job" | grep -o 'JobState=[A-Z_]* \|Restarts=[0-9]*' | tr -d ' \n')
             [ "$again" = "JobState=${state}Restarts=$restarts" ] && break
             ;;
-        # A requeued job waits about two minutes before it may start again; start it now.
-        PENDING) scontrol update JobId="$job" StartTime=now 2>/dev/null || true ;;
+        # A requeued job waits about two minutes before it may start again: start it as soon
+        # as the instance before it is gone (no slurmstepd of the job left), not sooner: a job step
+        # launched while the old one is still being torn down fails to launch.
+        PENDING)
+            if ! pgrep -f "^slurmstepd: \[$job\." >/dev/null; then
+                scontrol update JobId="$job" StartTime=now 2>/dev/null || true
+            fi
+            ;;
     esac
     sleep 0.5
 done
