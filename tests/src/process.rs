@@ -2,7 +2,26 @@
 //! multi-process run found and watched (for the tests that kill or stop them).
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
+
+/// The flags that keep a run's output to its summary: no progress bar, no model summary.
+pub const QUIET: [&str; 2] = [
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+];
+
+/// `program ARGS` (an ember program) as the end-to-end tests run it: in `dir`, on this
+/// machine's CPU only (an empty `EMBER_INVENTORY`), with [`QUIET`].
+pub fn quiet(program: &str, dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .args(QUIET)
+        .current_dir(dir)
+        .env("EMBER_INVENTORY", "");
+    command
+}
 
 /// Runs `command` to its end; its stdout, stderr and the peak RSS of its largest process.
 pub fn run_measured(command: Command) -> anyhow::Result<(String, String, u64)> {

@@ -55,28 +55,24 @@ impl Row {
 
     /// The row's `cargo` arguments.
     fn args(&self) -> Vec<&'static str> {
-        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
-        if !self.builds_libtorch() {
-            args.extend(["--exclude", "ember-accel-tch"]);
-        }
-        if self.backend != "cpu" {
+        let left_out: Vec<&'static str> = if self.backend == "cpu" {
+            // Its build needs the torch venv, which only the tch row sets up.
+            vec!["ember-accel-tch"]
+        } else {
             // The vendored crates' own suites do not depend on the row's features either.
-            let others = ACCELERATOR_CRATES
-                .iter()
-                .filter(|(backend, package)| {
-                    *backend != self.backend && *package != "ember-accel-tch"
-                })
+            let others = (ACCELERATOR_CRATES.iter())
+                .filter(|(backend, _)| *backend != self.backend)
                 .map(|(_, package)| *package);
-            let left_out = (VENDORED.into_iter())
-                .chain(
-                    FEATURE_INDEPENDENT
-                        .into_iter()
-                        .filter(|p| !self.keeps.contains(p)),
-                )
-                .chain(others);
-            for package in left_out {
-                args.extend(["--exclude", package]);
-            }
+            let independent = (FEATURE_INDEPENDENT.iter()).filter(|p| !self.keeps.contains(p));
+            VENDORED
+                .into_iter()
+                .chain(independent.copied())
+                .chain(others)
+                .collect()
+        };
+        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
+        for package in left_out {
+            args.extend(["--exclude", package]);
         }
         if let Some(features) = self.features {
             args.extend(["--features", features]);

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 
 use ember::trainer::checkpoint::Checkpoint;
 use ember_acceptance::powerloss::{Disk, Log, Op, build_shim};
+use ember_acceptance::process::quiet;
 
 /// Calls at which the power is cut, spread over the checkpoint writes.
 const CRASH_POINTS: usize = 100;
@@ -17,16 +18,8 @@ const CRASH_POINTS: usize = 100;
 const CALLBACKS: &str = "--trainer.callbacks=[{class_path: ModelCheckpoint, init_args: {monitor: val_loss, save_top_k: 2, save_last: true}}]";
 
 fn digits(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_digits"));
-    command
-        .args(args)
-        .args([
-            "--trainer.enable_progress_bar=false",
-            "--trainer.enable_model_summary=false",
-        ])
-        .current_dir(dir)
-        .env("EMBER_INVENTORY", "")
-        .env("RAYON_NUM_THREADS", "1");
+    let mut command = quiet(env!("CARGO_BIN_EXE_digits"), dir, args);
+    command.env("RAYON_NUM_THREADS", "1");
     command
 }
 

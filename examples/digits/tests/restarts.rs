@@ -11,29 +11,26 @@ use burn_flex::{Flex, FlexDevice};
 use digits::model::{DigitsModel, ModelConfig};
 use ember::trainer::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
-use ember_acceptance::process::{ranks_of, signal_at_line};
+use ember_acceptance::process::{QUIET, quiet, ranks_of, signal_at_line};
 use ember_acceptance::resume::float_bytes;
 
-const RUN: [&str; 6] = [
+const RUN: [&str; 4] = [
     "fit",
     "--trainer.devices=2",
     "--trainer.seed=42",
     "--trainer.num_sanity_val_steps=0",
-    "--trainer.enable_progress_bar=false",
-    "--trainer.enable_model_summary=false",
 ];
 
 /// 150 epochs of 12 steps: a few seconds.
 const SHORT: &str = "--trainer.max_epochs=150";
 
 fn digits(dir: &Path, extra: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_digits"));
-    command
-        .args(RUN)
-        .args(extra)
-        .current_dir(dir)
-        .env("EMBER_INVENTORY", "")
-        .env("RAYON_NUM_THREADS", "1");
+    let mut command = quiet(
+        env!("CARGO_BIN_EXE_digits"),
+        dir,
+        &[&RUN[..], extra].concat(),
+    );
+    command.env("RAYON_NUM_THREADS", "1");
     command
 }
 
@@ -155,6 +152,7 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
     let out = Command::new(script)
         .args(["--requeue", "50", env!("CARGO_BIN_EXE_digits")])
         .args(RUN)
+        .args(QUIET)
         .args([long, "--trainer.ckpt_path=last"])
         .current_dir(dir.path())
         .env("EMBER_INVENTORY", "")
@@ -273,14 +271,7 @@ fn only_sigusr1_requeues_and_auto_requeue_false_turns_it_off() {
 
 /// Runs digits with `args` in `dir` (no launcher options of [`RUN`]); its summary line.
 fn summary(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_digits"))
-        .args(args)
-        .args([
-            "--trainer.enable_progress_bar=false",
-            "--trainer.enable_model_summary=false",
-        ])
-        .current_dir(dir)
-        .env("EMBER_INVENTORY", "")
+    let out = quiet(env!("CARGO_BIN_EXE_digits"), dir, args)
         .output()
         .unwrap();
     assert!(
