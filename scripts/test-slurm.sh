@@ -31,9 +31,18 @@ host=$(hostname -s)
 base=$((20000 + $$ % 20000))
 pids=()
 cleanup() {
+    # Jobs first, while the daemons are there to end them: a slurmstepd killed instead leaves
+    # its tasks running and its files behind.
+    if [ -n "${pids[0]:-}" ] && kill -0 "${pids[0]}" 2>/dev/null; then
+        timeout 10 scancel --quiet --full "--user=$(id -un)" 2>/dev/null || true
+        for _ in $(seq 100); do
+            pgrep -x slurmstepd >/dev/null || break
+            sleep 0.1
+        done
+    fi
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    # A job step's slurmstepd can outlive its slurmd (and ignore SIGTERM then); this machine
-    # runs no other SLURM.
+    # A slurmstepd can outlive its slurmd (and ignore SIGTERM then); this machine runs no
+    # other SLURM.
     pkill -9 -x slurmstepd 2>/dev/null || true
     # slurmd sometimes ignores SIGTERM once slurmctld is gone: give each daemon 5 s, then kill.
     for pid in "${pids[@]}"; do
@@ -48,18 +57,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$dir/state" "$dir/spool"
+mkdir -p "$dir/state" "$dir/spool" "$dir/tmp"
 cat >"$dir/slurm.conf" <<CONF
 ClusterName=ember
 SlurmctldHost=$host
 SlurmctldPort=$base
 SlurmdPort=$((base + 1))
 AuthType=auth/none
+# A requeued job waits this long (and a step credential lives this long): 10 s, not 120.
+AuthInfo=cred_expire=10
+# Pending jobs are looked at every 5 s (not 60): a requeued job starts soon after it may.
+SchedulerParameters=sched_interval=5
 CredType=cred/none
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
+TmpFS=$dir/tmp
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/slurmctld.log
@@ -98,9 +112,10 @@ if [ -z "$requeue" ]; then
     exit
 fi
 
-# SLURM checks time limits about every 30 s, so the signal comes up to that much late; a job
-# that outlives its limit is killed, not requeued. A signal that comes before the program has
-# started training ends it (no handler is installed yet), so SECONDS below 60 gives it time.
+# The signal may come up to a minute earlier than SECONDS before the limit (sbatch(1)): SLURM
+# 22.05 looks at time limits every 30 s and, with SECONDS of 20, signalled each start 10 to 40 s
+# after it began (a requeued job starts afresh). A signal that comes before the program has
+# started training ends it (no handler is installed yet): SECONDS of 20 leaves it 10 s.
 job=$(sbatch --parsable --ntasks=2 --time=1 --signal=USR1@"$requeue" --open-mode=append \
     --output="$dir/job.out" --wrap "srun --mpi=pmix $(printf '%q ' "$@")")
 for _ in $(seq 1200); do
@@ -113,14 +128,6 @@ for _ in $(seq 1200); do
             sleep 3
             again=$(scontrol show job "$job" | grep -o 'JobState=[A-Z_]* \|Restarts=[0-9]*' | tr -d ' \n')
             [ "$again" = "JobState=${state}Restarts=$restarts" ] && break
-            ;;
-        # A requeued job waits about two minutes before it may start again: start it as soon
-        # as the instance before it is gone (no slurmstepd of the job left), not sooner: a job step
-        # launched while the old one is still being torn down fails to launch.
-        PENDING)
-            if ! pgrep -f "^slurmstepd: \[$job\." >/dev/null; then
-                scontrol update JobId="$job" StartTime=now 2>/dev/null || true
-            fi
             ;;
     esac
     sleep 0.5

@@ -143,14 +143,14 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
         eprintln!("skipped: a cpu-only test, run in the matrix's cpu row");
         return;
     }
-    // 18000 steps, about 45 s: longer than SLURM takes to send the signal (10 to ~40 s after
-    // the start with a one-minute limit signalled 50 s before its end; not sooner, so that the
+    // 24000 steps, about a minute: longer than SLURM takes to send the signal (10 to 40 s after
+    // each start here with a one-minute limit signalled 20 s before its end; not sooner, so that the
     // ranks are training when it comes).
-    let long = "--trainer.max_epochs=1500";
+    let long = "--trainer.max_epochs=2000";
     let dir = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-slurm.sh");
     let out = Command::new(script)
-        .args(["--requeue", "50", env!("CARGO_BIN_EXE_digits")])
+        .args(["--requeue", "20", env!("CARGO_BIN_EXE_digits")])
         .args(RUN)
         .args(QUIET)
         .args([long, "--trainer.ckpt_path=last"])
@@ -192,14 +192,14 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
     );
     let finished = checkpoints(dir.path())
         .into_iter()
-        .any(|p| p.ends_with("epoch=1499-step=18000.ckpt"));
+        .any(|p| p.ends_with("epoch=1999-step=24000.ckpt"));
     assert!(
         finished,
         "the job ended before its last step:\n{stdout}\n{stderr}"
     );
     assert!(
-        weights(&final_checkpoint(dir.path(), 18000))
-            == weights(&final_checkpoint(whole.path(), 18000)),
+        weights(&final_checkpoint(dir.path(), 24000))
+            == weights(&final_checkpoint(whole.path(), 24000)),
         "the requeued job's weights differ from the uninterrupted run's"
     );
 }
