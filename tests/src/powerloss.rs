@@ -291,9 +291,14 @@ impl Disk {
     }
 }
 
+/// The shim's C source, built in: a path into this crate's checkout would go stale where the
+/// shared target dir holds a build of it made in another checkout.
+const SHIM_SOURCE: &str = include_str!("../powerloss/shim.c");
+
 /// Compiles the shim into `dir`; `None` (with the reason) where there is no C compiler.
 pub fn build_shim(dir: &Path) -> anyhow::Result<Result<PathBuf, String>> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("powerloss/shim.c");
+    let source = dir.join("powerloss_shim.c");
+    std::fs::write(&source, SHIM_SOURCE)?;
     let out = dir.join("libpowerloss.so");
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = Command::new(&compiler)

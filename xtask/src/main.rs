@@ -7,6 +7,7 @@
 
 mod layering;
 mod matrix;
+mod unify;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -22,7 +23,7 @@ cargo xtask <task>
                      --row cpu|cuda|wgpu|xla|tch runs that row alone
   test-matrix        cpu: all tests; the backend rows build the workspace with their feature
                      and run the tests that change with it (ember, the acceptance suite,
-                     digits, the row's accelerator crate; conv on xla): cuda (no GPU
+                     digits, the accelerator crates; conv on xla): cuda (no GPU
                      needed); wgpu (lavapipe when no GPU); tch: LibTorch's CPU (the pinned
                      torch venv); xla: XLA's CPU PJRT plugin (setup.sh caches it); prints
                      backend x result
@@ -51,8 +52,13 @@ cargo xtask <task>
                      pinned torch venv (scripts/setup.sh --torch)
 ";
 
+/// The workspace root, from the manifest directory `cargo run` sets at run time (this
+/// checkout's, even where the shared target dir holds an xtask built in another one), else the
+/// one it was built in.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    let xtask = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    xtask.join("..")
 }
 
 fn target_dir() -> String {
@@ -158,6 +164,7 @@ fn lint() -> bool {
     }
     workspace.extend(["--all-targets", "--all-features", "--", "-D", "warnings"]);
     layering::check(&root())
+        && unify::rows_share_dependency_builds()
         && run("cargo", &["fmt", "--all", "--", "--check"], &[])
         && run_in("cargo", &workspace, &[], &torch_env())
         // The vendored crates: their libraries (our patches live there) under the same bar;

@@ -6,8 +6,7 @@ use crate::{VENDORED, run_in, torch_env};
 
 /// The workspace packages whose tests do not change with a backend row's features: the cpu row
 /// runs them; a backend row would build and run them again unchanged (they see the backend
-/// only as one more registered accelerator, and run on cpu). The accelerator crates are in
-/// [`ACCELERATOR_CRATES`].
+/// only as one more registered accelerator, and run on cpu).
 const FEATURE_INDEPENDENT: [&str; 11] = [
     "ember-plan",
     "ember-core",
@@ -22,26 +21,20 @@ const FEATURE_INDEPENDENT: [&str; 11] = [
     "xtask",
 ];
 
-/// Each backend's accelerator crate: a backend row tests its own.
-const ACCELERATOR_CRATES: [(&str, &str); 5] = [
-    ("cpu", "ember-accel-cpu"),
-    ("cuda", "ember-accel-cuda"),
-    ("wgpu", "ember-accel-wgpu"),
-    ("xla", "ember-accel-tpu-xla"),
-    ("tch", "ember-accel-tch"),
-];
-
 /// One row of the backend matrix: a name, the features its `cargo test` runs with, and the
 /// feature-independent packages it tests anyway (conv has an xla feature of its own).
 ///
 /// Every row names the whole workspace (`--workspace`, leaving packages out with `--exclude`)
-/// so that dependency features unify the same way in each row and burn is built once, not once
-/// per row: selecting packages with `-p` instead unifies them differently and rebuilt cubecl
-/// and burn (measured: 4 m 26 s for the cuda row's packages). The cpu row tests everything but
-/// ember-accel-tch, whose build needs the torch venv; a backend row tests ember, the
-/// acceptance suite, digits and its accelerator crate (the tests that change with its features).
+/// and keeps every accelerator crate, so that dependencies resolve to the same features in
+/// each row and burn is built once, not once per row (`cargo xtask lint` checks it; see
+/// [`crate::unify`]): selecting packages with `-p` instead, or leaving the other accelerator
+/// crates out, turns cubecl's and burn's features down and rebuilt them (measured: 4 m 26 s
+/// for the cuda row's packages). The cpu row tests everything but ember-accel-tch, whose build
+/// needs the torch venv; a backend row tests ember, the acceptance suite, digits and the
+/// accelerator crates (the tests that change with its features; the accelerator crates' are
+/// the cpu row's builds again, a few seconds).
 pub(crate) struct Row {
-    backend: &'static str,
+    pub(crate) backend: &'static str,
     what: &'static str,
     features: Option<&'static str>,
     keeps: &'static [&'static str],
@@ -53,30 +46,38 @@ impl Row {
         self.backend == "tch"
     }
 
-    /// The row's `cargo` arguments.
-    fn args(&self) -> Vec<&'static str> {
-        let left_out: Vec<&'static str> = if self.backend == "cpu" {
-            // Its build needs the torch venv, which only the tch row sets up.
-            vec!["ember-accel-tch"]
-        } else {
-            // The vendored crates' own suites do not depend on the row's features either.
-            let others = (ACCELERATOR_CRATES.iter())
-                .filter(|(backend, _)| *backend != self.backend)
-                .map(|(_, package)| *package);
-            let independent = (FEATURE_INDEPENDENT.iter()).filter(|p| !self.keeps.contains(p));
-            VENDORED
-                .into_iter()
-                .chain(independent.copied())
-                .chain(others)
-                .collect()
-        };
-        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
-        for package in left_out {
+    /// The packages the row leaves out of the workspace.
+    fn left_out(&self) -> Vec<&'static str> {
+        // Its build needs the torch venv, which only the tch row sets up.
+        let tch = (!self.builds_libtorch()).then_some("ember-accel-tch");
+        if self.backend == "cpu" {
+            return tch.into_iter().collect();
+        }
+        // The vendored crates' own suites do not depend on the row's features either.
+        let independent = (FEATURE_INDEPENDENT.iter()).filter(|p| !self.keeps.contains(p));
+        VENDORED
+            .into_iter()
+            .chain(independent.copied())
+            .chain(tch)
+            .collect()
+    }
+
+    /// The row's package selection and features, as `cargo test` and `cargo tree` take them.
+    pub(crate) fn selection(&self) -> Vec<&'static str> {
+        let mut args = vec!["--workspace"];
+        for package in self.left_out() {
             args.extend(["--exclude", package]);
         }
         if let Some(features) = self.features {
             args.extend(["--features", features]);
         }
+        args
+    }
+
+    /// The row's `cargo` arguments.
+    fn args(&self) -> Vec<&'static str> {
+        let mut args = vec!["test", "--no-fail-fast"];
+        args.extend(self.selection());
         args
     }
 }
@@ -176,6 +177,13 @@ mod tests {
     use super::*;
     use crate::root;
 
+    const ACCELERATORS_EVERY_ROW_KEEPS: [&str; 4] = [
+        "ember-accel-cpu",
+        "ember-accel-cuda",
+        "ember-accel-wgpu",
+        "ember-accel-tpu-xla",
+    ];
+
     /// The workspace's package names, from each member's Cargo.toml.
     fn workspace_packages() -> Vec<String> {
         let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
@@ -222,12 +230,19 @@ mod tests {
                     row.backend
                 );
             }
-            let own = ACCELERATOR_CRATES
-                .iter()
-                .find(|(b, _)| *b == row.backend)
-                .unwrap()
-                .1;
-            assert!(!excluded.contains(&own), "{} leaves out {own}", row.backend);
+            for accelerator in ACCELERATORS_EVERY_ROW_KEEPS {
+                assert!(
+                    !excluded.contains(&accelerator),
+                    "{} leaves out {accelerator}",
+                    row.backend
+                );
+            }
+            assert_eq!(
+                excluded.contains(&"ember-accel-tch"),
+                row.backend != "tch",
+                "{}: ember-accel-tch is built in the tch row only",
+                row.backend
+            );
         }
         let cpu = &matrix()[0];
         assert_eq!(
