@@ -46,7 +46,8 @@ cargo xtask <task>
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
-                     lines, no burn under ember-plan), fmt --check, clippy -D warnings
+                     lines, no burn under ember-plan), the test rows resolve dependencies
+                     alike (cargo tree), fmt --check, clippy -D warnings
   ci                 lint, then test
   setup              install system packages the tests need (scripts/setup.sh), and the
                      pinned torch venv (scripts/setup.sh --torch)
