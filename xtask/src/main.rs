@@ -164,10 +164,15 @@ fn lint() -> bool {
         workspace.extend(["--exclude", package]);
     }
     workspace.extend(["--all-targets", "--all-features", "--", "-D", "warnings"]);
+    let cpu_row_tests = "clippy -p digits -p ember-acceptance --tests -- -D warnings";
+    let cpu_row_tests: Vec<&str> = cpu_row_tests.split(' ').collect();
     layering::check(&root())
         && unify::rows_share_dependency_builds()
         && run("cargo", &["fmt", "--all", "--", "--check"], &[])
         && run_in("cargo", &workspace, &[], &torch_env())
+        // The test files a backend feature compiles out (the cpu row's alone), as the cpu row
+        // builds them.
+        && run("cargo", &cpu_row_tests, &[])
         // The vendored crates: their libraries (our patches live there) under the same bar;
         // their upstream tests are burn's code, left as published.
         && VENDORED.iter().all(|package| {
