@@ -21,6 +21,7 @@ use crate::inventory::Inventory;
 use crate::job::Job;
 use crate::plan::{Launcher, Plan};
 use crate::registry::Registry;
+use crate::trainer::signals;
 use help::names_help;
 pub(crate) use tree::config_tree;
 
@@ -218,6 +219,11 @@ where
                 if let (Some(engine), Launcher::Local { .. }) = (engine, plan.launcher()) {
                     let args = argv.get(1..).unwrap_or_default();
                     return launch::launch(engine, &plan, args, trainer.options.max_restarts);
+                }
+                if stage == Stage::Fit
+                    && let Err(e) = signals::keep_for_fit()
+                {
+                    return CliOutcome::failed(format!("{e:#}"));
                 }
                 let timeout = Duration::from_secs_f64(trainer.options.ddp_timeout);
                 let collective = match engine.map(|e| e.join(&plan, timeout)).transpose() {

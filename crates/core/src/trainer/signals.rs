@@ -4,7 +4,9 @@
 //!
 //! The handlers are installed once per process. Outside `fit` they run the signal's default
 //! action (signal-hook cannot give the original handler back, and an unregistered signal would
-//! be ignored), so Ctrl-C still ends a program between fits.
+//! be ignored), so Ctrl-C still ends a program between fits. The CLI starts watching before a
+//! fit's start-up ([`keep_for_fit`]): a signal then is kept for the fit, which stops after its
+//! first step.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -13,11 +15,11 @@ use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
 
 /// Flags the handlers write.
 struct Flags {
-    /// No `fit` is watching: run the default action.
+    /// No `fit` is watching or about to: run the default action.
     idle: Arc<AtomicBool>,
-    /// A SIGINT arrived during this `fit`; the next one exits.
+    /// A SIGINT arrived for this `fit`; the next one exits.
     interrupted: Arc<AtomicBool>,
-    /// The stop signal received during this `fit` (0: none).
+    /// The stop signal received for this `fit` (0: none).
     received: Arc<AtomicUsize>,
 }
 
@@ -51,6 +53,16 @@ fn flags() -> anyhow::Result<&'static Flags> {
         .map_err(|e| anyhow::anyhow!("cannot install the stop-signal handlers: {e}"))
 }
 
+/// From now on, a stop signal is kept for the next `fit` instead of running its default action.
+/// The CLI calls it before a fit's start-up (joining the other ranks, building the model,
+/// loading the data): SLURM may send `--signal=USR1@N` up to a minute early, and a job signalled
+/// while it starts then stops after its first step with a checkpoint (and requeues) rather than
+/// dying. The fit's end gives the signals their default action back.
+pub fn keep_for_fit() -> anyhow::Result<()> {
+    flags()?.idle.store(false, Ordering::SeqCst);
+    Ok(())
+}
+
 /// The names [`StopSignals::received`] returns.
 pub const NAMES: [&str; 3] = ["SIGINT", "SIGTERM", "SIGUSR1"];
 
@@ -60,11 +72,9 @@ pub struct StopSignals {
 }
 
 impl StopSignals {
-    /// Starts watching.
+    /// Starts watching; a signal kept since [`keep_for_fit`] counts as received.
     pub fn install() -> anyhow::Result<Self> {
         let flags = flags()?;
-        flags.received.store(0, Ordering::SeqCst);
-        flags.interrupted.store(false, Ordering::SeqCst);
         flags.idle.store(false, Ordering::SeqCst);
         Ok(Self { flags })
     }
@@ -83,5 +93,7 @@ impl StopSignals {
 impl Drop for StopSignals {
     fn drop(&mut self) {
         self.flags.idle.store(true, Ordering::SeqCst);
+        self.flags.received.store(0, Ordering::SeqCst);
+        self.flags.interrupted.store(false, Ordering::SeqCst);
     }
 }

@@ -1,0 +1,95 @@
+//! A stop signal that comes while a fit starts up (joining the ranks, building the model,
+//! loading the data) is kept for the fit: a SLURM job signalled that early (SLURM may send
+//! `--signal=USR1@N` up to a minute before the time it names) stops after its first step with a
+//! checkpoint and requeues itself, instead of being killed by the signal.
+
+// wide_adam trains on cpu whatever backend the suite is built with: the matrix's cpu row runs
+// this test, and a backend row (built with that backend's feature) would only repeat it.
+#![cfg(not(any(
+    feature = "cuda",
+    feature = "wgpu",
+    feature = "tch",
+    feature = "tpu-xla"
+)))]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// SIGUSR1's number on Linux.
+const SIGUSR1: u32 = 10;
+
+/// Whether process `pid` has a handler for signal `signal` (the `SigCgt` mask in /proc).
+fn catches(pid: u32, signal: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
+}
+
+/// A `scontrol` first on `PATH` that records its arguments in `dir/scontrol.args`; the `PATH`.
+fn recording_scontrol(dir: &Path) -> String {
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let scontrol = bin.join("scontrol");
+    let record = format!(
+        "#!/bin/sh\necho \"$@\" > '{}'\n",
+        dir.join("scontrol.args").display()
+    );
+    std::fs::write(&scontrol, record).unwrap();
+    let made_executable = Command::new("chmod").arg("+x").arg(&scontrol).status();
+    assert!(made_executable.unwrap().success());
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+#[test]
+fn a_sigusr1_during_start_up_stops_the_fit_after_its_first_step_and_requeues_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = recording_scontrol(dir.path());
+    // 400 000 generated samples: seconds of start-up before the first step.
+    let child = Command::new(env!("CARGO_BIN_EXE_wide_adam"))
+        .args(["fit", "--data.samples=400000", "--trainer.max_epochs=1"])
+        .args(ember_acceptance::process::QUIET)
+        .current_dir(dir.path())
+        .env("EMBER_INVENTORY", "")
+        .env("PATH", path)
+        .envs([
+            ("SLURM_NTASKS", "1"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_JOB_NAME", "train"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The signal goes once the program handles it (milliseconds after it starts), and at the
+    // latest after 1.5 s, while the data is still being made: a program that installed its
+    // handlers only when the fit starts would be killed by it.
+    let spawned = Instant::now();
+    while !catches(child.id(), SIGUSR1) && spawned.elapsed() < Duration::from_millis(1500) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sent = Command::new("kill")
+        .args(["-USR1", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(
+        stderr.contains("received SIGUSR1: stopped after step 1,"),
+        "{stderr}"
+    );
+    let asked = std::fs::read_to_string(dir.path().join("scontrol.args")).unwrap();
+    assert_eq!(asked.trim(), "requeue 4242", "{stderr}");
+}
