@@ -1,6 +1,6 @@
 //! The PJRT runtime against a real plugin (the CPU plugin setup.sh caches).
 
-use ember_accel_tpu_xla::pjrt::{Api, Client, ElementType, plugin};
+use ember_accel_tpu_xla::pjrt::{Api, Buffer, Client, ElementType, plugin};
 
 fn client() -> Option<Client> {
     match plugin::find() {
@@ -98,4 +98,49 @@ fn a_bad_program_is_an_error_carrying_the_plugins_message() {
         .expect("must fail");
     assert_eq!(err.call, "PJRT_Client_Compile");
     assert!(!err.message.is_empty(), "{err}");
+}
+
+/// Each replica's `a`, summed over the four replicas by an all-reduce inside the program.
+const ALL_REDUCE: &str = r#"
+func.func @main(%a: tensor<3xf32>) -> (tensor<3xf32>) {
+  %s = "stablehlo.all_reduce"(%a) ({
+  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+    %t = "stablehlo.add"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    "stablehlo.return"(%t) : (tensor<f32>) -> ()
+  }) {replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>} : (tensor<3xf32>) -> tensor<3xf32>
+  return %s : tensor<3xf32>
+}
+"#;
+
+#[test]
+fn a_program_compiled_for_four_replicas_all_reduces_across_the_devices() {
+    let Some(client) = client() else { return };
+    if client.device_count() < 4 {
+        eprintln!(
+            "skip: the plugin has {} device(s), not 4",
+            client.device_count()
+        );
+        return;
+    }
+    let exe = client
+        .compile_replicated(ALL_REDUCE, 4)
+        .expect("compile for 4 replicas");
+    let inputs: Vec<Buffer> = (0..4)
+        .map(|replica| {
+            let r = replica as f32;
+            let values = f32_bytes(&[r, 1.0, 10.0 * r]);
+            client
+                .upload(&values, ElementType::F32, &[3], replica)
+                .unwrap()
+        })
+        .collect();
+    let args: Vec<[&Buffer; 1]> = inputs.iter().map(|b| [b]).collect();
+    let args: Vec<&[&Buffer]> = args.iter().map(|a| &a[..]).collect();
+    let out = client.execute_replicated(&exe, &args).expect("execute");
+    assert_eq!(out.len(), 4, "one output list per replica");
+    for replica in &out {
+        let mut sum = vec![0u8; 12];
+        replica[0].download(&mut sum).unwrap();
+        assert_eq!(sum, f32_bytes(&[6.0, 4.0, 60.0]));
+    }
 }

@@ -164,6 +164,17 @@ impl Client {
     /// Compiles a StableHLO module given as MLIR text into an executable that can run on any
     /// of this client's devices.
     pub fn compile(&self, mlir: &str) -> Result<Executable> {
+        self.compile_with(mlir, &compile_options(1))
+    }
+
+    /// Compiles a StableHLO module for `replicas` replicas, replica `i` on device `i`: one
+    /// program that [`execute_replicated`](Self::execute_replicated) runs on every replica at
+    /// once, whose collectives (`stablehlo.all_reduce` over `replica_groups`) join them.
+    pub fn compile_replicated(&self, mlir: &str, replicas: usize) -> Result<Executable> {
+        self.compile_with(mlir, &compile_options(replicas))
+    }
+
+    fn compile_with(&self, mlir: &str, options: &[u8]) -> Result<Executable> {
         let format = b"mlir";
         let mut program = sys::PJRT_Program {
             struct_size: sys::PJRT_Program_STRUCT_SIZE as usize,
@@ -173,7 +184,6 @@ impl Client {
             format_size: format.len(),
             ..Default::default()
         };
-        let options = compile_options();
         let mut args = sys::PJRT_Client_Compile_Args {
             struct_size: sys::PJRT_Client_Compile_Args_STRUCT_SIZE as usize,
             client: self.raw,
@@ -219,11 +229,45 @@ impl Client {
         args: &[&Buffer],
         device: usize,
     ) -> Result<Vec<Buffer>> {
-        let inputs: Vec<*mut sys::PJRT_Buffer> = args.iter().map(|b| b.raw).collect();
-        let input_lists = [inputs.as_ptr()];
-        let mut outputs: Vec<*mut sys::PJRT_Buffer> = vec![ptr::null_mut(); executable.outputs];
-        let output_lists = [outputs.as_mut_ptr()];
-        let mut done: *mut sys::PJRT_Event = ptr::null_mut();
+        let mut outputs = self.launch(executable, &[args], self.device(device)?)?;
+        Ok(outputs.remove(0))
+    }
+
+    /// Runs `executable`, compiled for `args.len()` replicas by
+    /// [`compile_replicated`](Self::compile_replicated), with replica `i`'s arguments `args[i]`
+    /// (which must live on device `i`), and waits for every replica; returns each replica's
+    /// outputs in order.
+    pub fn execute_replicated(
+        &self,
+        executable: &Executable,
+        args: &[&[&Buffer]],
+    ) -> Result<Vec<Vec<Buffer>>> {
+        self.launch(executable, args, ptr::null_mut())
+    }
+
+    /// One execution of `executable` on `args.len()` devices: on `device` when it is set (a
+    /// portable executable), else on the replicas' devices.
+    fn launch(
+        &self,
+        executable: &Executable,
+        args: &[&[&Buffer]],
+        device: *mut sys::PJRT_Device,
+    ) -> Result<Vec<Vec<Buffer>>> {
+        let num_args = args.first().map_or(0, |a| a.len());
+        assert!(
+            args.iter().all(|a| a.len() == num_args),
+            "execute: every replica takes the same number of arguments"
+        );
+        let inputs: Vec<Vec<*mut sys::PJRT_Buffer>> = args
+            .iter()
+            .map(|replica| replica.iter().map(|b| b.raw).collect())
+            .collect();
+        let input_lists: Vec<*const *mut sys::PJRT_Buffer> =
+            inputs.iter().map(|i| i.as_ptr()).collect();
+        let mut outputs = vec![vec![ptr::null_mut(); executable.outputs]; args.len()];
+        let output_lists: Vec<*mut *mut sys::PJRT_Buffer> =
+            outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+        let mut done: Vec<*mut sys::PJRT_Event> = vec![ptr::null_mut(); args.len()];
         let mut options = sys::PJRT_ExecuteOptions {
             struct_size: sys::PJRT_ExecuteOptions_STRUCT_SIZE as usize,
             ..Default::default()
@@ -233,20 +277,27 @@ impl Client {
             executable: executable.raw,
             options: &mut options,
             argument_lists: input_lists.as_ptr(),
-            num_devices: 1,
-            num_args: inputs.len(),
+            num_devices: args.len(),
+            num_args,
             output_lists: output_lists.as_ptr(),
-            device_complete_events: &mut done,
-            execute_device: self.device(device)?,
+            device_complete_events: done.as_mut_ptr(),
+            execute_device: device,
             ..Default::default()
         };
         pjrt_call!(self.api, PJRT_LoadedExecutable_Execute, &mut call)?;
-        // Own the outputs first, so that they are freed even if the run failed.
-        let outputs: Vec<Buffer> = outputs
+        // Own the outputs and events first, so that they are freed even if a run failed.
+        let outputs: Vec<Vec<Buffer>> = outputs
             .into_iter()
-            .map(|raw| Buffer { api: self.api, raw })
+            .map(|replica| {
+                (replica.into_iter())
+                    .map(|raw| Buffer { api: self.api, raw })
+                    .collect()
+            })
             .collect();
-        Event::new(self.api, done).wait()?;
+        let events: Vec<Event> = done.into_iter().map(|e| Event::new(self.api, e)).collect();
+        for event in events {
+            event.wait()?;
+        }
         Ok(outputs)
     }
 }
@@ -262,12 +313,31 @@ impl Drop for Client {
     }
 }
 
-/// A serialized `CompileOptionsProto`: one replica, one partition, and a portable executable
-/// (so that one compile serves every device, chosen when it runs).
-fn compile_options() -> [u8; 8] {
-    // field 3 (executable_build_options, 4 bytes): num_replicas (4) = 1, num_partitions (5) = 1;
-    // field 4 (compile_portable_executable) = true.
-    [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01]
+/// A serialized `CompileOptionsProto`: `replicas` replicas of one partition. One replica is
+/// compiled as a portable executable (one compile serves every device, chosen when it runs);
+/// several get the client's default assignment, replica `i` on device `i`.
+fn compile_options(replicas: usize) -> Vec<u8> {
+    // executable_build_options (field 4 of it: num_replicas; field 5: num_partitions = 1).
+    let mut build = vec![0x20];
+    push_varint(&mut build, replicas as u64);
+    build.extend([0x28, 0x01]);
+    let mut options = vec![0x1a];
+    push_varint(&mut options, build.len() as u64);
+    options.extend(build);
+    if replicas == 1 {
+        // compile_portable_executable (field 4) = true.
+        options.extend([0x20, 0x01]);
+    }
+    options
+}
+
+/// Appends `value` as a protobuf varint.
+fn push_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
 }
 
 /// An array on one device.
@@ -377,5 +447,23 @@ impl Drop for Event {
             ..Default::default()
         };
         let _ = pjrt_call!(self.api, PJRT_Event_Destroy, &mut args);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compile_options;
+
+    #[test]
+    fn compile_options_encode_the_replica_count() {
+        // One replica: portable, as every program ember compiled before replicas existed.
+        let one = [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01];
+        assert_eq!(compile_options(1), one);
+        assert_eq!(compile_options(4), [0x1a, 0x04, 0x20, 0x04, 0x28, 0x01]);
+        // 300 is the two-byte varint ac 02.
+        assert_eq!(
+            compile_options(300),
+            [0x1a, 0x05, 0x20, 0xac, 0x02, 0x28, 0x01]
+        );
     }
 }
