@@ -126,3 +126,38 @@ pub fn signal_at_line(mut command: Command, line: &str, signal: &str) -> (ExitSt
     progress.read_to_string(&mut rest).unwrap();
     (child.wait().unwrap(), rest)
 }
+
+/// Makes `command` the one task of SLURM job 4242 (named `train`), whose `scontrol` — first on
+/// `PATH`, in `dir/bin` — records its arguments in `dir` instead of asking a scheduler
+/// ([`scontrol_asked`] reads them).
+pub fn in_a_fake_slurm_job(command: &mut Command, dir: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let scontrol = bin.join("scontrol");
+    let record = format!(
+        "#!/bin/sh\necho \"$@\" > '{}'\n",
+        dir.join("scontrol.args").display()
+    );
+    std::fs::write(&scontrol, record).unwrap();
+    let made_executable = Command::new("chmod").arg("+x").arg(&scontrol).status();
+    assert!(made_executable.unwrap().success());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    command.env("PATH", path).envs([
+        ("SLURM_NTASKS", "1"),
+        ("SLURM_PROCID", "0"),
+        ("SLURM_LOCALID", "0"),
+        ("SLURM_NODEID", "0"),
+        ("SLURM_JOB_ID", "4242"),
+        ("SLURM_JOB_NAME", "train"),
+    ]);
+}
+
+/// What the `scontrol` of [`in_a_fake_slurm_job`] in `dir` was asked, if anything.
+pub fn scontrol_asked(dir: &Path) -> Option<String> {
+    let asked = std::fs::read_to_string(dir.join("scontrol.args")).ok()?;
+    Some(asked.trim().to_owned())
+}

@@ -12,9 +12,10 @@
     feature = "tpu-xla"
 )))]
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use ember_acceptance::process::{QUIET, in_a_fake_slurm_job, scontrol_asked};
 
 /// SIGUSR1's number on Linux.
 const SIGUSR1: u32 = 10;
@@ -29,48 +30,19 @@ fn catches(pid: u32, signal: u32) -> bool {
         .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
 }
 
-/// A `scontrol` first on `PATH` that records its arguments in `dir/scontrol.args`; the `PATH`.
-fn recording_scontrol(dir: &Path) -> String {
-    let bin = dir.join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let scontrol = bin.join("scontrol");
-    let record = format!(
-        "#!/bin/sh\necho \"$@\" > '{}'\n",
-        dir.join("scontrol.args").display()
-    );
-    std::fs::write(&scontrol, record).unwrap();
-    let made_executable = Command::new("chmod").arg("+x").arg(&scontrol).status();
-    assert!(made_executable.unwrap().success());
-    format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
-
 #[test]
 fn a_sigusr1_during_start_up_stops_the_fit_after_its_first_step_and_requeues_the_job() {
     let dir = tempfile::tempdir().unwrap();
-    let path = recording_scontrol(dir.path());
     // 400 000 generated samples: seconds of start-up before the first step.
-    let child = Command::new(env!("CARGO_BIN_EXE_wide_adam"))
-        .args(["fit", "--data.samples=400000", "--trainer.max_epochs=1"])
-        .args(ember_acceptance::process::QUIET)
+    let mut wide = Command::new(env!("CARGO_BIN_EXE_wide_adam"));
+    wide.args(["fit", "--data.samples=400000", "--trainer.max_epochs=1"])
+        .args(QUIET)
         .current_dir(dir.path())
         .env("EMBER_INVENTORY", "")
-        .env("PATH", path)
-        .envs([
-            ("SLURM_NTASKS", "1"),
-            ("SLURM_PROCID", "0"),
-            ("SLURM_LOCALID", "0"),
-            ("SLURM_NODEID", "0"),
-            ("SLURM_JOB_ID", "4242"),
-            ("SLURM_JOB_NAME", "train"),
-        ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    in_a_fake_slurm_job(&mut wide, dir.path());
+    let child = wide.spawn().unwrap();
     // The signal goes once the program handles it (milliseconds after it starts), and at the
     // latest after 1.5 s, while the data is still being made: a program that installed its
     // handlers only when the fit starts would be killed by it.
@@ -90,6 +62,6 @@ fn a_sigusr1_during_start_up_stops_the_fit_after_its_first_step_and_requeues_the
         stderr.contains("received SIGUSR1: stopped after step 1,"),
         "{stderr}"
     );
-    let asked = std::fs::read_to_string(dir.path().join("scontrol.args")).unwrap();
-    assert_eq!(asked.trim(), "requeue 4242", "{stderr}");
+    let asked = scontrol_asked(dir.path());
+    assert_eq!(asked.as_deref(), Some("requeue 4242"), "{stderr}");
 }

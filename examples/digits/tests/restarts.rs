@@ -20,7 +20,9 @@ use burn_flex::{Flex, FlexDevice};
 use digits::model::{DigitsModel, ModelConfig};
 use ember::trainer::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
-use ember_acceptance::process::{QUIET, quiet, ranks_of, signal_at_line};
+use ember_acceptance::process::{
+    QUIET, in_a_fake_slurm_job, quiet, ranks_of, scontrol_asked, signal_at_line,
+};
 use ember_acceptance::resume::float_bytes;
 
 const RUN: [&str; 4] = [
@@ -202,49 +204,20 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
     );
 }
 
-/// A one-task SLURM job's environment whose `scontrol` (first on `PATH`) records its arguments
-/// in `dir/scontrol.args`; digits trains in it until `signal` stops it. What `scontrol` was
-/// asked, if anything, and the run's stderr after the signal.
+/// Digits trained in a one-task SLURM job (see [`in_a_fake_slurm_job`]) until `signal` stops
+/// it: what its `scontrol` was asked, if anything, and the run's stderr after the signal.
 fn stopped_in_a_slurm_job(dir: &Path, signal: &str, extra: &[&str]) -> (Option<String>, String) {
-    let bin = dir.join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let scontrol = bin.join("scontrol");
-    let record = format!(
-        "#!/bin/sh\necho \"$@\" > '{}'\n",
-        dir.join("scontrol.args").display()
-    );
-    std::fs::write(&scontrol, record).unwrap();
-    let status = Command::new("chmod")
-        .arg("+x")
-        .arg(&scontrol)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let mut digits = Command::new(env!("CARGO_BIN_EXE_digits"));
     digits
         // The progress bar's epoch lines say when training has begun.
         .args(["fit", "--trainer.max_epochs=100000"])
         .args(extra)
         .current_dir(dir)
-        .env("EMBER_INVENTORY", "")
-        .env("PATH", path)
-        .envs([
-            ("SLURM_NTASKS", "1"),
-            ("SLURM_PROCID", "0"),
-            ("SLURM_LOCALID", "0"),
-            ("SLURM_NODEID", "0"),
-            ("SLURM_JOB_ID", "4242"),
-            ("SLURM_JOB_NAME", "train"),
-        ]);
+        .env("EMBER_INVENTORY", "");
+    in_a_fake_slurm_job(&mut digits, dir);
     let (status, stderr) = signal_at_line(digits, "epoch 2", signal);
     assert!(status.success(), "SIG{signal}: {status:?}: {stderr}");
-    let asked = std::fs::read_to_string(dir.join("scontrol.args")).ok();
-    (asked.map(|a| a.trim().to_owned()), stderr)
+    (scontrol_asked(dir), stderr)
 }
 
 #[test]
