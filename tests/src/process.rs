@@ -2,6 +2,7 @@
 //! multi-process run found and watched (for the tests that kill or stop them).
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 
@@ -139,8 +140,7 @@ pub fn in_a_fake_slurm_job(command: &mut Command, dir: &Path) {
         dir.join("scontrol.args").display()
     );
     std::fs::write(&scontrol, record).unwrap();
-    let made_executable = Command::new("chmod").arg("+x").arg(&scontrol).status();
-    assert!(made_executable.unwrap().success());
+    std::fs::set_permissions(&scontrol, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!(
         "{}:{}",
         bin.display(),

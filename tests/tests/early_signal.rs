@@ -15,7 +15,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ember_acceptance::process::{QUIET, in_a_fake_slurm_job, scontrol_asked};
+use ember_acceptance::process::{in_a_fake_slurm_job, quiet, scontrol_asked};
 
 /// SIGUSR1's number on Linux.
 const SIGUSR1: u32 = 10;
@@ -34,13 +34,9 @@ fn catches(pid: u32, signal: u32) -> bool {
 fn a_sigusr1_during_start_up_stops_the_fit_after_its_first_step_and_requeues_the_job() {
     let dir = tempfile::tempdir().unwrap();
     // 400 000 generated samples: seconds of start-up before the first step.
-    let mut wide = Command::new(env!("CARGO_BIN_EXE_wide_adam"));
-    wide.args(["fit", "--data.samples=400000", "--trainer.max_epochs=1"])
-        .args(QUIET)
-        .current_dir(dir.path())
-        .env("EMBER_INVENTORY", "")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let fit = ["fit", "--data.samples=400000", "--trainer.max_epochs=1"];
+    let mut wide = quiet(env!("CARGO_BIN_EXE_wide_adam"), dir.path(), &fit);
+    wide.stdout(Stdio::piped()).stderr(Stdio::piped());
     in_a_fake_slurm_job(&mut wide, dir.path());
     let child = wide.spawn().unwrap();
     // The signal goes once the program handles it (milliseconds after it starts), and at the

@@ -42,7 +42,8 @@ pub(crate) struct Row {
 }
 
 impl Row {
-    fn builds_libtorch(&self) -> bool {
+    /// Whether the row builds LibTorch (the tch row; its build needs the torch venv).
+    pub(crate) fn builds_libtorch(&self) -> bool {
         self.backend == "tch"
     }
 

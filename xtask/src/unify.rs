@@ -68,7 +68,7 @@ pub(crate) fn rows_share_dependency_builds() -> bool {
         return false;
     };
     let mut agree = true;
-    for row in rows.iter().skip(1).filter(|r| r.backend != "tch") {
+    for row in rows.iter().skip(1).filter(|r| !r.builds_libtorch()) {
         let Some(deps) = resolved(row) else {
             return false;
         };
