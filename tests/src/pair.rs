@@ -81,9 +81,7 @@ impl<B: Backend> LightningModule<B> for Pair<B> {
     type Batch = Batch<B>;
 
     fn training_step(&self, batch: Batch<B>, log: &mut StepLog<B>) -> Tensor<B, 1> {
-        let loss = self.loss(&batch);
-        log.log("train_loss", &loss);
-        loss
+        log.log("train_loss", self.loss(&batch))
     }
 }
 

@@ -6,7 +6,6 @@
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, SgdConfig, momentum::MomentumConfig};
 use burn::prelude::*;
@@ -178,18 +177,13 @@ impl<B: Backend> Wide<B> {
     }
 
     fn training_step(&self, batch: WideBatch<B>, log: &mut StepLog<B>) -> Tensor<B, 1> {
-        let logits = self.forward(batch.x);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits, batch.classes);
-        log.log("train_loss", &loss);
-        loss
+        let loss = metrics::cross_entropy(self.forward(batch.x), batch.classes);
+        log.log("train_loss", loss)
     }
 
     fn validation_step(&self, batch: WideBatch<B>, log: &mut StepLog<B>) {
         let n = batch.classes.dims()[0];
-        let predicted = self.forward(batch.x).argmax(1).squeeze_dim::<1>(1);
-        let accuracy = predicted.equal(batch.classes).float().mean();
+        let accuracy = metrics::accuracy(self.forward(batch.x), batch.classes);
         let options = LogOptions::default().batch_size(n).sync_dist();
         log.log_with("val_acc", accuracy, options.prog_bar());
     }

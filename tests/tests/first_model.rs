@@ -28,8 +28,7 @@ impl<B: Backend> LightningModule<B> for Bare<B> {
 
     fn training_step(&self, batch: Batch<B>, log: &mut StepLog<B>) -> Tensor<B, 1> {
         let loss = (self.linear.forward(batch.x) - batch.y).square().mean();
-        log.log("train_loss", &loss);
-        loss
+        log.log("train_loss", loss)
     }
 }
 

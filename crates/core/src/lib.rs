@@ -26,6 +26,7 @@ pub mod host_alloc;
 pub mod host_float;
 pub mod job;
 pub mod loggers;
+pub mod metrics;
 pub mod optim;
 pub mod plugins;
 pub mod prelude;

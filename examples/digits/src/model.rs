@@ -1,6 +1,5 @@
 //! The digits model: an MLP with ReLU activations.
 
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::AdamConfig;
 use burn::prelude::*;
@@ -64,10 +63,7 @@ impl<B: Backend> Mlp<B> {
 
     /// Mean cross-entropy of the logits of `x` against `labels`.
     pub fn loss(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-        let logits = self.forward(x);
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits, labels)
+        metrics::cross_entropy(self.forward(x), labels)
     }
 }
 
@@ -99,16 +95,8 @@ pub fn loss_and_accuracy<B: Backend>(
     logits: Tensor<B, 2>,
     labels: Tensor<B, 1, Int>,
 ) -> (Tensor<B, 1>, Tensor<B, 1>) {
-    let loss = CrossEntropyLossConfig::new()
-        .init(&logits.device())
-        .forward(logits.clone(), labels.clone());
-    let accuracy = logits
-        .argmax(1)
-        .squeeze_dim::<1>(1)
-        .equal(labels)
-        .float()
-        .mean();
-    (loss, accuracy)
+    let loss = metrics::cross_entropy(logits.clone(), labels.clone());
+    (loss, metrics::accuracy(logits, labels))
 }
 
 impl<B: Backend> LightningModule<B> for DigitsModel<B> {
@@ -116,8 +104,7 @@ impl<B: Backend> LightningModule<B> for DigitsModel<B> {
 
     fn training_step(&self, batch: DigitsBatch<B>, log: &mut StepLog<B>) -> Tensor<B, 1> {
         let loss = self.mlp.loss(batch.images, batch.labels);
-        log.log_with("train_loss", &loss, LogOptions::default().prog_bar());
-        loss
+        log.log_with("train_loss", loss, LogOptions::default().prog_bar())
     }
 
     fn validation_step(&self, batch: DigitsBatch<B>, log: &mut StepLog<B>) {

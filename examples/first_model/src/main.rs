@@ -1,10 +1,7 @@
 //! The program docs/getting-started.md builds, step by step: points inside or outside a
 //! circle, classified by a small MLP, trained with `first_model fit`.
 
-use burn::data::dataset::InMemDataset;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::AdamConfig;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use ember::prelude::*;
@@ -12,14 +9,11 @@ use ember::prelude::*;
 /// A point of [-1.5, 1.5]² and its class: 1 inside the unit circle, 0 outside.
 type Point = ([f32; 2], i64);
 
-/// `n` points spread over the square, the same every run.
-fn points(n: usize, offset: usize) -> InMemDataset<Point> {
-    let point = |i: usize| {
-        let x = ((i as f32) * 0.618_034).fract() * 3.0 - 1.5;
-        let y = ((i as f32) * 0.754_878).fract() * 3.0 - 1.5;
-        ([x, y], i64::from(x * x + y * y < 1.0))
-    };
-    InMemDataset::new((offset..offset + n).map(point).collect())
+/// Point `i` of a sequence spread over the square, the same every run.
+fn point(i: usize) -> Point {
+    let x = ((i as f32) * 0.618_034).fract() * 3.0 - 1.5;
+    let y = ((i as f32) * 0.754_878).fract() * 3.0 - 1.5;
+    ([x, y], i64::from(x * x + y * y < 1.0))
 }
 
 /// The data module, and the `data` section of the config: `--data.batch_size=64`.
@@ -34,11 +28,11 @@ impl DataModule for PointData {
     type Batcher = Stack;
 
     fn train_loader(&self) -> Option<Loader<Point>> {
-        Some(Loader::new(points(2000, 0), self.batch_size).shuffled())
+        Some(Loader::in_memory((0..2000).map(point), self.batch_size).shuffled())
     }
 
     fn val_loader(&self) -> Option<Loader<Point>> {
-        Some(Loader::new(points(500, 2000), self.batch_size))
+        Some(Loader::in_memory((2000..2500).map(point), self.batch_size))
     }
 }
 
@@ -81,17 +75,12 @@ impl<B: Backend> LightningModule<B> for Classifier<B> {
     type Batch = (Tensor<B, 2>, Tensor<B, 1, Int>);
 
     fn training_step(&self, (xy, classes): Self::Batch, log: &mut StepLog<B>) -> Tensor<B, 1> {
-        let logits = self.forward(xy);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits, classes);
-        log.log("train_loss", &loss);
-        loss
+        let loss = metrics::cross_entropy(self.forward(xy), classes);
+        log.log("train_loss", loss)
     }
 
     fn validation_step(&self, (xy, classes): Self::Batch, log: &mut StepLog<B>) {
-        let predicted = self.forward(xy).argmax(1).squeeze_dim::<1>(1);
-        log.log("val_acc", predicted.equal(classes).float().mean());
+        log.log("val_acc", metrics::accuracy(self.forward(xy), classes));
     }
 }
 
@@ -101,7 +90,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Classifier<B> {
 
     fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
         let lr = hparams.model::<ModelConfig>()?.lr;
-        Ok(Optimizers::new(AdamConfig::new().init(), lr))
+        Ok(Optimizers::new(optim::AdamConfig::new().init(), lr))
     }
 }
 

@@ -6,7 +6,6 @@ use burn::nn::Initializer;
 use burn::nn::attention::{
     MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, generate_autoregressive_mask,
 };
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear,
     LinearConfig,
@@ -191,8 +190,6 @@ impl<B: Backend> CharLm<B> {
     pub fn loss(&self, inputs: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
         let logits = self.forward(inputs);
         let [n, t, v] = logits.dims();
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.reshape([n * t, v]), targets.reshape([n * t]))
+        ember::metrics::cross_entropy(logits.reshape([n * t, v]), targets.reshape([n * t]))
     }
 }

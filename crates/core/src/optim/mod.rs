@@ -3,6 +3,8 @@
 //!
 //! Rust cannot infer an associated type from `configure_optimizers`' body (that needs
 //! `impl Trait` in associated types, unstable), so the type is written once, in these words.
+//! Their configs are here too, so `configure_optimizers` needs no import of its own:
+//! `optim::AdamConfig::new().init()`.
 
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::tensor::backend::AutodiffBackend;
@@ -18,4 +20,5 @@ pub type Sgd<M, B> = OptimizerAdaptor<burn::optim::Sgd<<B as AutodiffBackend>::I
 
 mod state;
 
+pub use burn::optim::{AdamConfig, AdamWConfig, SgdConfig};
 pub use state::{ExactState, NamedTensors, OptimizerState, ParamState, join, split};

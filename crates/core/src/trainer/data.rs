@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataset::Dataset;
+use burn::data::dataset::{Dataset, InMemDataset};
 use burn::tensor::backend::Backend;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -54,6 +54,15 @@ impl<I> Loader<I> {
             drop_last: false,
             shard: Shard::WHOLE,
         }
+    }
+
+    /// A loader over `items`, held in memory (burn's `InMemDataset`), in their order:
+    /// `Loader::in_memory((0..1000).map(sample), 32)`.
+    pub fn in_memory(items: impl IntoIterator<Item = I>, batch_size: usize) -> Self
+    where
+        I: Clone + Send + Sync + 'static,
+    {
+        Self::new(InMemDataset::new(items.into_iter().collect()), batch_size)
     }
 
     /// This loader, or an error naming it (`which`: train, val, test, predict) when it cannot

@@ -177,18 +177,25 @@ impl<B: Backend> StepLog<B> {
         self.stage
     }
 
-    /// Logs a value with the stage's default options.
-    pub fn log(&mut self, name: &str, value: impl Into<LogValue<B>>) {
-        self.log_with(name, value, LogOptions::default());
+    /// Logs a value with the stage's default options, and returns it, so a `training_step`
+    /// can end with `log.log("train_loss", loss)`.
+    pub fn log<V: Into<LogValue<B>> + Clone>(&mut self, name: &str, value: V) -> V {
+        self.log_with(name, value, LogOptions::default())
     }
 
-    /// Logs a value with explicit options.
-    pub fn log_with(&mut self, name: &str, value: impl Into<LogValue<B>>, options: LogOptions) {
+    /// Logs a value with explicit options, and returns it.
+    pub fn log_with<V: Into<LogValue<B>> + Clone>(
+        &mut self,
+        name: &str,
+        value: V,
+        options: LogOptions,
+    ) -> V {
         self.entries.push(Entry {
             name: name.to_owned(),
-            value: value.into(),
+            value: value.clone().into(),
             options,
         });
+        value
     }
 
     /// Whether a value is recorded per step and per epoch unless its options say.

@@ -4,7 +4,6 @@
 use burn::data::dataset::InMemDataset;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::AdamConfig;
 use burn::prelude::*;
 use burn::tensor::activation::tanh;
 use ember::prelude::*;
@@ -89,9 +88,7 @@ impl<B: Backend> LightningModule<B> for Sine<B> {
     type Batch = (Tensor<B, 2>, Tensor<B, 2>);
 
     fn training_step(&self, batch: Self::Batch, log: &mut StepLog<B>) -> Tensor<B, 1> {
-        let loss = self.loss(batch);
-        log.log("train_loss", &loss);
-        loss
+        log.log("train_loss", self.loss(batch))
     }
 
     fn validation_step(&self, batch: Self::Batch, log: &mut StepLog<B>) {
@@ -105,7 +102,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Sine<B> {
 
     fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
         let lr = hparams.model::<SineConfig>()?.lr;
-        Ok(Optimizers::new(AdamConfig::new().init(), lr))
+        Ok(Optimizers::new(optim::AdamConfig::new().init(), lr))
     }
 }
 
