@@ -164,14 +164,23 @@ impl Client {
     /// Compiles a StableHLO module given as MLIR text into an executable that can run on any
     /// of this client's devices.
     pub fn compile(&self, mlir: &str) -> Result<Executable> {
-        self.compile_with(mlir, &compile_options(1))
+        self.compile_with(mlir, &compile_options(Layout::Portable))
     }
 
     /// Compiles a StableHLO module for `replicas` replicas, replica `i` on device `i`: one
     /// program that [`execute_replicated`](Self::execute_replicated) runs on every replica at
     /// once, whose collectives (`stablehlo.all_reduce` over `replica_groups`) join them.
     pub fn compile_replicated(&self, mlir: &str, replicas: usize) -> Result<Executable> {
-        self.compile_with(mlir, &compile_options(replicas))
+        self.compile_with(mlir, &compile_options(Layout::Replicas(replicas)))
+    }
+
+    /// Compiles a StableHLO module for `partitions` devices with XLA's SPMD partitioner: one
+    /// program over arrays laid out by the module's `mhlo.sharding` annotations, partition `i`
+    /// on device `i`. The partitioner splits the work of sharded values over the devices and
+    /// adds the collectives that joins them; [`execute_replicated`](Self::execute_replicated)
+    /// runs it with each device's arguments.
+    pub fn compile_partitioned(&self, mlir: &str, partitions: usize) -> Result<Executable> {
+        self.compile_with(mlir, &compile_options(Layout::Partitions(partitions)))
     }
 
     fn compile_with(&self, mlir: &str, options: &[u8]) -> Result<Executable> {
@@ -198,26 +207,15 @@ impl Client {
             raw: args.executable,
             outputs: 0,
         };
-        let mut get = sys::PJRT_LoadedExecutable_GetExecutable_Args {
-            struct_size: sys::PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE as usize,
-            loaded_executable: executable.raw,
-            ..Default::default()
-        };
-        pjrt_call!(self.api, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
-        let mut outputs = sys::PJRT_Executable_NumOutputs_Args {
-            struct_size: sys::PJRT_Executable_NumOutputs_Args_STRUCT_SIZE as usize,
-            executable: get.executable,
-            ..Default::default()
-        };
-        let counted = pjrt_call!(self.api, PJRT_Executable_NumOutputs, &mut outputs);
-        let mut destroy = sys::PJRT_Executable_Destroy_Args {
-            struct_size: sys::PJRT_Executable_Destroy_Args_STRUCT_SIZE as usize,
-            executable: get.executable,
-            ..Default::default()
-        };
-        pjrt_call!(self.api, PJRT_Executable_Destroy, &mut destroy)?;
-        counted?;
-        executable.outputs = outputs.num_outputs;
+        executable.outputs = executable.inspect(|api, compiled| {
+            let mut outputs = sys::PJRT_Executable_NumOutputs_Args {
+                struct_size: sys::PJRT_Executable_NumOutputs_Args_STRUCT_SIZE as usize,
+                executable: compiled,
+                ..Default::default()
+            };
+            pjrt_call!(api, PJRT_Executable_NumOutputs, &mut outputs)?;
+            Ok(outputs.num_outputs)
+        })?;
         Ok(executable)
     }
 
@@ -234,9 +232,10 @@ impl Client {
     }
 
     /// Runs `executable`, compiled for `args.len()` replicas by
-    /// [`compile_replicated`](Self::compile_replicated), with replica `i`'s arguments `args[i]`
-    /// (which must live on device `i`), and waits for every replica; returns each replica's
-    /// outputs in order.
+    /// [`compile_replicated`](Self::compile_replicated) (or partitions, by
+    /// [`compile_partitioned`](Self::compile_partitioned)), with replica `i`'s arguments
+    /// `args[i]` (which must live on device `i`), and waits for every replica; returns each
+    /// replica's outputs in order.
     pub fn execute_replicated(
         &self,
         executable: &Executable,
@@ -313,18 +312,39 @@ impl Drop for Client {
     }
 }
 
-/// A serialized `CompileOptionsProto`: `replicas` replicas of one partition. One replica is
-/// compiled as a portable executable (one compile serves every device, chosen when it runs);
-/// several get the client's default assignment, replica `i` on device `i`.
-fn compile_options(replicas: usize) -> Vec<u8> {
-    // executable_build_options (field 4 of it: num_replicas; field 5: num_partitions = 1).
+/// How a compiled program spreads over the client's devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// One device, chosen when it runs: one compile serves every device.
+    Portable,
+    /// This many copies of the program, replica `i` on device `i`.
+    Replicas(usize),
+    /// One program split by XLA's SPMD partitioner over this many devices, partition `i` on
+    /// device `i`.
+    Partitions(usize),
+}
+
+/// A serialized `CompileOptionsProto` for `layout`; several replicas or partitions get the
+/// client's default assignment, replica (or partition) `i` on device `i`.
+fn compile_options(layout: Layout) -> Vec<u8> {
+    let (replicas, partitions) = match layout {
+        Layout::Portable => (1, 1),
+        Layout::Replicas(n) => (n, 1),
+        Layout::Partitions(n) => (1, n),
+    };
+    // executable_build_options (field 3); fields 4 and 5 of it: num_replicas, num_partitions.
     let mut build = vec![0x20];
     push_varint(&mut build, replicas as u64);
-    build.extend([0x28, 0x01]);
+    build.push(0x28);
+    push_varint(&mut build, partitions as u64);
+    if let Layout::Partitions(_) = layout {
+        // use_spmd_partitioning (field 6) = true.
+        build.extend([0x30, 0x01]);
+    }
     let mut options = vec![0x1a];
     push_varint(&mut options, build.len() as u64);
     options.extend(build);
-    if replicas == 1 {
+    if layout == Layout::Portable {
         // compile_portable_executable (field 4) = true.
         options.extend([0x20, 0x01]);
     }
@@ -397,6 +417,51 @@ impl Executable {
     pub fn output_count(&self) -> usize {
         self.outputs
     }
+
+    /// The program as the plugin's compiler left it (a serialized `HloModuleProto`): what
+    /// SPMD partitioning made of it, for tests and debugging.
+    pub fn optimized_program(&self) -> Result<Vec<u8>> {
+        self.inspect(|api, compiled| {
+            let mut program = sys::PJRT_Program {
+                struct_size: sys::PJRT_Program_STRUCT_SIZE as usize,
+                ..Default::default()
+            };
+            let mut args = sys::PJRT_Executable_OptimizedProgram_Args {
+                struct_size: sys::PJRT_Executable_OptimizedProgram_Args_STRUCT_SIZE as usize,
+                executable: compiled,
+                program: &mut program,
+                ..Default::default()
+            };
+            // The first call, with no code buffer, sets the size; the second fills it.
+            pjrt_call!(api, PJRT_Executable_OptimizedProgram, &mut args)?;
+            let mut code = vec![0u8; program.code_size];
+            program.code = code.as_mut_ptr().cast();
+            pjrt_call!(api, PJRT_Executable_OptimizedProgram, &mut args)?;
+            code.truncate(program.code_size);
+            Ok(code)
+        })
+    }
+
+    /// Calls `f` with the compiled executable behind this loaded one, released afterwards.
+    fn inspect<T>(
+        &self,
+        f: impl FnOnce(&'static Api, *mut sys::PJRT_Executable) -> Result<T>,
+    ) -> Result<T> {
+        let mut get = sys::PJRT_LoadedExecutable_GetExecutable_Args {
+            struct_size: sys::PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE as usize,
+            loaded_executable: self.raw,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
+        let result = f(self.api, get.executable);
+        let mut destroy = sys::PJRT_Executable_Destroy_Args {
+            struct_size: sys::PJRT_Executable_Destroy_Args_STRUCT_SIZE as usize,
+            executable: get.executable,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Executable_Destroy, &mut destroy)?;
+        result
+    }
 }
 
 impl Drop for Executable {
@@ -452,18 +517,26 @@ impl Drop for Event {
 
 #[cfg(test)]
 mod tests {
-    use super::compile_options;
+    use super::{Layout, compile_options};
 
     #[test]
-    fn compile_options_encode_the_replica_count() {
+    fn compile_options_encode_the_replica_and_partition_counts() {
         // One replica: portable, as every program ember compiled before replicas existed.
         let one = [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01];
-        assert_eq!(compile_options(1), one);
-        assert_eq!(compile_options(4), [0x1a, 0x04, 0x20, 0x04, 0x28, 0x01]);
+        assert_eq!(compile_options(Layout::Portable), one);
+        assert_eq!(
+            compile_options(Layout::Replicas(4)),
+            [0x1a, 0x04, 0x20, 0x04, 0x28, 0x01]
+        );
         // 300 is the two-byte varint ac 02.
         assert_eq!(
-            compile_options(300),
+            compile_options(Layout::Replicas(300)),
             [0x1a, 0x05, 0x20, 0xac, 0x02, 0x28, 0x01]
+        );
+        // SPMD: one replica of 4 partitions, use_spmd_partitioning set.
+        assert_eq!(
+            compile_options(Layout::Partitions(4)),
+            [0x1a, 0x06, 0x20, 0x01, 0x28, 0x04, 0x30, 0x01]
         );
     }
 }
