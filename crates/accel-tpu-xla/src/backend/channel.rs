@@ -41,7 +41,10 @@ impl RunnerChannel for XlaChannel {
     type BoolElem = bool;
 
     fn name(device: &XlaDevice) -> String {
-        format!("xla:{}", device.index)
+        match device.span {
+            1 => format!("xla:{}", device.index),
+            span => format!("xla:{}-{}", device.index, device.index + span - 1),
+        }
     }
 
     fn init_client(device: &XlaDevice) -> XlaClient {

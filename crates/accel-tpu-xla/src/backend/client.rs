@@ -1,7 +1,7 @@
 //! The lazy runner client: records ops, and at a read (or a cap) compiles the recorded segment
 //! once per shape of program, runs it, and keeps what is still referenced on the device.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +19,7 @@ use super::runtime::{Runtime, runtime};
 use super::segment::{self, Failure};
 use super::signature::Signature;
 use super::template::{Bound, Template};
+use crate::hlo::{Function, Spmd};
 use crate::pjrt::{Buffer, Executable};
 
 /// Ops recorded before a segment is cut even without a read, bounding host memory and
@@ -30,8 +31,11 @@ const MAX_OPS: usize = 20_000;
 #[derive(Default)]
 struct State {
     ops: Vec<OperationIr>,
-    /// The device buffer of each live tensor.
-    tensors: HashMap<TensorId, Buffer>,
+    /// The buffers of each live tensor, one per device the client's device spans (each holds
+    /// the whole tensor).
+    tensors: HashMap<TensorId, Vec<Buffer>>,
+    /// The batch tensors of a device spanning several: programs split them by rows.
+    split: HashSet<TensorId>,
     failed: HashMap<TensorId, Failure>,
 }
 
@@ -39,6 +43,7 @@ impl State {
     /// Forgets a tensor that no one will use again.
     fn free(&mut self, id: &TensorId) {
         self.tensors.remove(id);
+        self.split.remove(id);
         self.failed.remove(id);
     }
 }
@@ -75,12 +80,28 @@ impl XlaClient {
         TensorId::new(self.ids.fetch_add(1, Ordering::Relaxed))
     }
 
-    fn upload(&self, data: &TensorData) -> Result<Buffer, ExecutionError> {
+    /// Copies `data` to every device this client's device spans.
+    fn upload(&self, data: &TensorData) -> Result<Vec<Buffer>, ExecutionError> {
         let ty = element_type(data.dtype).map_err(fail)?;
-        self.runtime()?
-            .client()
-            .upload(data.as_bytes(), ty, &dims(&data.shape), self.device.index)
-            .map_err(|e| fail(e.to_string()))
+        let client = self.runtime()?.client();
+        (self.device.indices())
+            .map(|index| {
+                (client.upload(data.as_bytes(), ty, &dims(&data.shape), index))
+                    .map_err(|e| fail(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// An empty function for this client's device: partitioned over its devices, with the
+    /// batch tensors split by rows, when it spans several.
+    fn function(&self, state: &State) -> Function {
+        match self.device.span {
+            1 => Function::new(),
+            devices => Function::partitioned(Spmd {
+                devices,
+                split: state.split.clone(),
+            }),
+        }
     }
 
     /// Runs everything recorded so far. A tensor that cannot be made (an op not lowered, a
@@ -93,7 +114,10 @@ impl XlaClient {
         let start = Instant::now();
         let ops = std::mem::take(&mut state.ops);
         let rt = self.runtime()?;
-        let sig = Signature::of(&ops);
+        let mut sig = Signature::of(&ops);
+        if self.device.span > 1 {
+            sig.partitioned(self.device.span, &state.split);
+        }
         let reads_failed =
             !state.failed.is_empty() && sig.ids.iter().any(|id| state.failed.contains_key(id));
         let known = if reads_failed {
@@ -141,13 +165,13 @@ impl XlaClient {
         Vec<(TensorId, Failure)>,
         Result<Option<(Arc<Executable>, Duration)>, ExecutionError>,
     ) {
-        let built = segment::build(ops, &state.failed);
+        let built = segment::build(ops, &state.failed, self.function(state));
         rt.record_lowering();
         let bound = Bound::of(&built);
         let Some(program) = &built.program else {
             return (bound, built.failed, Ok(None));
         };
-        let (exe, compiling) = match rt.executable(&program.text) {
+        let (exe, compiling) = match rt.executable(&program.text, self.device.span) {
             Ok(found) => found,
             Err(e) => return (bound, built.failed, Err(fail(e))),
         };
@@ -159,7 +183,8 @@ impl XlaClient {
         (bound, built.failed, Ok(Some((exe, compiling))))
     }
 
-    /// Runs a segment's program, keeping its outputs.
+    /// Runs a segment's program (on each device this client's device spans), keeping its
+    /// outputs.
     fn run(
         &self,
         state: &mut State,
@@ -174,24 +199,43 @@ impl XlaClient {
             .iter()
             .map(|(dtype, values)| self.upload(&scalar_data(values, *dtype)))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut args: Vec<&Buffer> = Vec::with_capacity(bound.inputs.len() + scalars.len());
+        let mut inputs: Vec<&[Buffer]> = Vec::with_capacity(bound.inputs.len() + scalars.len());
         for id in &bound.inputs {
-            let buffer = state.tensors.get(id).ok_or_else(|| {
+            let buffers = state.tensors.get(id).ok_or_else(|| {
                 fail(format!(
                     "xla: tensor {id} is read by a program but holds no data"
                 ))
             })?;
-            args.push(buffer);
+            inputs.push(buffers);
         }
-        args.extend(scalars.iter());
+        inputs.extend(scalars.iter().map(Vec::as_slice));
+        let args: Vec<Vec<&Buffer>> = (0..self.device.span)
+            .map(|d| inputs.iter().map(|buffers| &buffers[d]).collect())
+            .collect();
         let running = Instant::now();
-        let outs = rt
-            .client()
-            .execute(exe, &args, self.device.index)
+        let outs = match self.device.span {
+            1 => vec![rt.client().execute(exe, &args[0], self.device.index)],
+            _ => {
+                let args: Vec<&[&Buffer]> = args.iter().map(Vec::as_slice).collect();
+                match rt.client().execute_replicated(exe, &args) {
+                    Ok(outs) => outs.into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                }
+            }
+        };
+        let outs = outs
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| fail(e.to_string()))?;
         rt.record_cut(running - start - compiling, running.elapsed());
-        for (id, buffer) in bound.outputs.iter().zip(outs) {
-            state.tensors.insert(*id, buffer);
+        let mut per_output: Vec<Vec<Buffer>> = bound.outputs.iter().map(|_| Vec::new()).collect();
+        for device_outs in outs {
+            for (buffers, buffer) in per_output.iter_mut().zip(device_outs) {
+                buffers.push(buffer);
+            }
+        }
+        for (id, buffers) in bound.outputs.iter().zip(per_output) {
+            state.tensors.insert(*id, buffers);
         }
         Ok(())
     }
@@ -211,8 +255,8 @@ impl XlaClient {
             data.convert_dtype(out.dtype)
         };
         match self.upload(&data) {
-            Ok(buffer) => {
-                state.tensors.insert(out.id, buffer);
+            Ok(buffers) => {
+                state.tensors.insert(out.id, buffers);
             }
             Err(e) => panic!("xla: cannot upload a random tensor: {e}"),
         }
@@ -239,11 +283,13 @@ impl XlaClient {
     }
 }
 
-/// A live tensor's values, copied to the host.
+/// A live tensor's values, copied to the host (from the first device: every device holds the
+/// same whole tensor).
 fn download(state: &State, tensor: &TensorIr) -> Result<TensorData, ExecutionError> {
     let buffer = state
         .tensors
         .get(&tensor.id)
+        .and_then(|buffers| buffers.first())
         .ok_or_else(|| fail(format!("xla: tensor {} holds no data", tensor.id)))?;
     let ty = element_type(tensor.dtype).map_err(fail)?;
     let mut bytes = vec![0u8; tensor.shape.num_elements() * ty.size()];
@@ -315,12 +361,15 @@ impl RunnerClient for XlaClient {
             }
             _ => data,
         };
-        let buffer = self.upload(&data).unwrap_or_else(|e| panic!("{e}"));
-        self.state
-            .lock()
-            .expect("xla state lock")
-            .tensors
-            .insert(id, buffer);
+        let buffers = self.upload(&data).unwrap_or_else(|e| panic!("{e}"));
+        let mut state = self.state.lock().expect("xla state lock");
+        state.tensors.insert(id, buffers);
+        // A batch's tensor, made while a loader's batcher runs: split by rows over the devices.
+        let rows = data.shape.first().copied();
+        if self.device.span > 1 && rows.is_some() && ember_core::trainer::data::batching() == rows {
+            state.split.insert(id);
+        }
+        drop(state);
         RouterTensor::new(id, data.shape.clone(), data.dtype, self.clone())
     }
 

@@ -1,33 +1,78 @@
-//! The device type of the xla backend: one of the PJRT client's addressable devices.
+//! The device type of the xla backend: one of the PJRT client's addressable devices, or
+//! several of them driven as one.
 
 use burn_backend::DeviceId;
 use burn_std::device::Device;
 
-/// An addressable device of the process's PJRT client, by index.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// Addressable devices of the process's PJRT client: `span` of them from `index` on. One
+/// device runs each program alone; several run each program as one SPMD program, every
+/// tensor whole on each device except a batch's, which is split by rows among them (see
+/// `ember_core::trainer::data::batching`), so the devices share the work of a step as data-parallel
+/// replicas do, with the gradients' all-reduce inside the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct XlaDevice {
-    /// The index among the client's addressable devices.
+    /// The index of the (first) device among the client's addressable devices.
     pub index: usize,
+    /// How many consecutive devices from `index` this device drives (1: just `index`).
+    pub span: usize,
+}
+
+impl Default for XlaDevice {
+    fn default() -> Self {
+        XlaDevice::new(0)
+    }
 }
 
 impl XlaDevice {
     /// Device `index`.
     pub fn new(index: usize) -> Self {
-        XlaDevice { index }
+        XlaDevice { index, span: 1 }
+    }
+
+    /// The `span` devices from `index` on, driven as one.
+    pub fn spanning(index: usize, span: usize) -> Self {
+        XlaDevice {
+            index,
+            span: span.max(1),
+        }
+    }
+
+    /// The client's device indices this device drives.
+    pub fn indices(&self) -> std::ops::Range<usize> {
+        self.index..self.index + self.span
     }
 }
 
-/// The `type_id` burn's device ids carry for xla devices.
+/// The `type_id` burn's device ids carry for xla devices, in the low byte; the high byte holds
+/// the span less one.
 const TYPE_ID: u16 = 0x58;
 
 impl Device for XlaDevice {
     fn from_id(id: DeviceId) -> Self {
-        XlaDevice::new(usize::from(id.index_id))
+        XlaDevice::spanning(usize::from(id.index_id), usize::from(id.type_id >> 8) + 1)
     }
 
     fn to_id(&self) -> DeviceId {
-        DeviceId::new(TYPE_ID, self.index as u16)
+        let span = (self.span - 1).min(0xff) as u16;
+        DeviceId::new(TYPE_ID | (span << 8), self.index as u16)
     }
 }
 
 impl burn_backend::backend::DeviceOps for XlaDevice {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_survives_its_id() {
+        for device in [
+            XlaDevice::new(0),
+            XlaDevice::new(3),
+            XlaDevice::spanning(0, 4),
+        ] {
+            assert_eq!(XlaDevice::from_id(device.to_id()), device);
+        }
+        assert_eq!(XlaDevice::spanning(2, 4).indices(), 2..6);
+    }
+}

@@ -68,9 +68,9 @@ pub struct Runtime {
     client: Client,
     /// Programs by their text.
     cache: Mutex<HashMap<String, Arc<Executable>>>,
-    /// Lowered segments by their structure: a few per structure, for scalars written into
-    /// the program (booleans) that differ.
-    templates: Mutex<HashMap<Vec<u8>, Vec<Arc<Template>>>>,
+    /// Lowered segments by the devices they run on and their structure: a few per structure,
+    /// for scalars written into the program (booleans) that differ.
+    templates: Mutex<HashMap<usize, HashMap<Vec<u8>, Vec<Arc<Template>>>>>,
     stats: Mutex<CacheStats>,
 }
 
@@ -109,15 +109,23 @@ impl Runtime {
         &self.client
     }
 
-    /// The executable for `text`, compiling it on a miss; with the time the compile took
-    /// (zero on a hit).
-    pub fn executable(&self, text: &str) -> Result<(Arc<Executable>, Duration), String> {
+    /// The executable for `text`, compiling it on a miss (for one device, or partitioned
+    /// over `devices`); with the time the compile took (zero on a hit).
+    pub fn executable(
+        &self,
+        text: &str,
+        devices: usize,
+    ) -> Result<(Arc<Executable>, Duration), String> {
         if let Some(exe) = self.cache.lock().expect("cache lock").get(text) {
             self.stats.lock().expect("stats lock").hits += 1;
             return Ok((exe.clone(), Duration::ZERO));
         }
         let start = Instant::now();
-        let exe = Arc::new(self.client.compile(text).map_err(|e| {
+        let compiled = match devices {
+            1 => self.client.compile(text),
+            n => self.client.compile_partitioned(text, n),
+        };
+        let exe = Arc::new(compiled.map_err(|e| {
             tracing::debug!("xla: the program that failed to compile:\n{text}");
             e.to_string()
         })?);
@@ -130,11 +138,19 @@ impl Runtime {
         Ok((exe, took))
     }
 
+    /// Every program compiled so far, with its text: for tests and debugging (what a step
+    /// lowered to, and with [`Executable::optimized_program`] what XLA made of it).
+    pub fn programs(&self) -> Vec<(String, Arc<Executable>)> {
+        let cache = self.cache.lock().expect("cache lock");
+        cache.iter().map(|(t, e)| (t.clone(), e.clone())).collect()
+    }
+
     /// The program of a segment lowered before with the structure of `sig`, applied to it.
     pub(crate) fn template(&self, sig: &Signature) -> Option<(Arc<Executable>, Bound)> {
         let found = {
             let templates = self.templates.lock().expect("template lock");
             templates
+                .get(&sig.devices)?
                 .get(&sig.bytes)?
                 .iter()
                 .find_map(|t| t.bind(sig).map(|bound| (t.exe.clone(), bound)))
@@ -153,7 +169,9 @@ impl Runtime {
     /// Keeps a lowered segment for later segments of its structure.
     pub(crate) fn remember(&self, sig: Signature, template: Template) {
         let mut templates = self.templates.lock().expect("template lock");
-        let kept = templates.entry(sig.bytes).or_default();
+        let kept = (templates.entry(sig.devices).or_default())
+            .entry(sig.bytes)
+            .or_default();
         if kept.len() == TEMPLATES_PER_STRUCTURE {
             kept.remove(0);
         }

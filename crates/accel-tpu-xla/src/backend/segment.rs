@@ -26,11 +26,10 @@ pub struct Built {
     pub failed: Vec<(TensorId, Failure)>,
 }
 
-/// Lowers `ops` into one function. A tensor stays alive unless an op consumed it as its last
-/// user (`TensorStatus::ReadWrite`) or a `Drop` op names it. `earlier` holds the tensors that
-/// earlier segments failed to make.
-pub fn build(ops: &[OperationIr], earlier: &HashMap<TensorId, Failure>) -> Built {
-    let mut f = Function::new();
+/// Lowers `ops` into `f`, an empty function (for one device, or partitioned over several). A
+/// tensor stays alive unless an op consumed it as its last user (`TensorStatus::ReadWrite`)
+/// or a `Drop` op names it. `earlier` holds the tensors that earlier segments failed to make.
+pub fn build(ops: &[OperationIr], earlier: &HashMap<TensorId, Failure>, mut f: Function) -> Built {
     let mut produced = Vec::new();
     let mut made = HashSet::new();
     let mut dead = HashSet::new();

@@ -6,6 +6,8 @@
 //! The bytes come from burn-ir's own serde derives, written by a small serializer that
 //! renumbers `TensorId`s and sets each `ScalarIr`'s value aside with where it sits.
 
+use std::collections::HashSet;
+
 use burn_ir::{OperationIr, ScalarIr, TensorId};
 use serde::ser::{self, Serialize};
 
@@ -18,6 +20,8 @@ pub struct Signature {
     /// Every scalar of the ops in serialization order, with the address it sits at (to match
     /// the scalars the emitter lifted, which it records by address).
     pub scalars: Vec<(ScalarIr, usize)>,
+    /// The devices the segment's program runs on as one (1: a program for one device).
+    pub devices: usize,
 }
 
 impl Signature {
@@ -28,6 +32,7 @@ impl Signature {
                 bytes: Vec::with_capacity(ops.len() * 64),
                 ids: Vec::new(),
                 scalars: Vec::new(),
+                devices: 1,
             },
             numbers: std::collections::HashMap::new(),
             in_id: false,
@@ -39,6 +44,22 @@ impl Signature {
                 .expect("burn-ir ops serialize without error");
         }
         writer.sig
+    }
+
+    /// Marks the segment as one program over `devices` devices with the tensors of `split`
+    /// divided by rows: programs for other layouts differ. The split tensors' numbers are
+    /// appended to the bytes, then their count, so that the ops' bytes still end where they
+    /// did.
+    pub fn partitioned(&mut self, devices: usize, split: &HashSet<TensorId>) {
+        self.devices = devices;
+        let mut count = 0u32;
+        for (number, id) in self.ids.iter().enumerate() {
+            if split.contains(id) {
+                self.bytes.extend((number as u32).to_le_bytes());
+                count += 1;
+            }
+        }
+        self.bytes.extend(count.to_le_bytes());
     }
 
     /// Which scalar sits at `address`: the index into [`Signature::scalars`].

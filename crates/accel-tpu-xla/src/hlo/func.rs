@@ -54,6 +54,30 @@ pub struct Lifted {
     pub origin: usize,
 }
 
+/// How a program spreads over several devices as one SPMD program: the tensors of `split`
+/// are divided by rows (their first dimension) among the devices, every other tensor is whole
+/// on each, and XLA's partitioner splits the work and adds the collectives.
+#[derive(Debug, Clone, Default)]
+pub struct Spmd {
+    /// The devices (partitions).
+    pub devices: usize,
+    /// The tensors divided by rows: a batch, each device working on its share.
+    pub split: HashSet<TensorId>,
+}
+
+impl Spmd {
+    /// The `mhlo.sharding` of a tensor of `rank` divided by rows over the devices.
+    fn rows(&self, rank: usize) -> String {
+        let mut tiles = vec![self.devices.to_string()];
+        tiles.resize(rank, "1".into());
+        let devices: Vec<String> = (0..self.devices).map(|d| d.to_string()).collect();
+        format!("{{devices=[{}]{}}}", tiles.join(","), devices.join(","))
+    }
+}
+
+/// The `mhlo.sharding` of a tensor whole on every device.
+const REPLICATED: &str = "mhlo.sharding = \"{replicated}\"";
+
 /// A function being emitted.
 pub struct Function {
     body: String,
@@ -61,6 +85,7 @@ pub struct Function {
     values: HashMap<TensorId, Val>,
     params: Vec<(TensorId, Val)>,
     scalars: Scalars,
+    spmd: Option<Spmd>,
 }
 
 /// What [`Function::finish`] returns: the module text and what to pass it.
@@ -93,6 +118,15 @@ impl Function {
             values: HashMap::new(),
             params: Vec::new(),
             scalars: Scalars::default(),
+            spmd: None,
+        }
+    }
+
+    /// An empty function for several devices, laid out as `spmd` says.
+    pub fn partitioned(spmd: Spmd) -> Self {
+        Function {
+            spmd: Some(spmd),
+            ..Self::new()
         }
     }
 
@@ -107,6 +141,21 @@ impl Function {
             dtype: t.dtype,
         };
         self.params.push((t.id, v.clone()));
+        let rows = match &self.spmd {
+            Some(spmd) if spmd.split.contains(&t.id) && v.rank() > 0 => Some(spmd.rows(v.rank())),
+            _ => None,
+        };
+        let v = match rows {
+            // The whole tensor is on every device; the annotation tells the partitioner that
+            // each device works on its rows from here on.
+            Some(sharding) => {
+                let attrs =
+                    format!("call_target_name = \"Sharding\", mhlo.sharding = \"{sharding}\"");
+                let shape = v.shape.clone();
+                self.op("stablehlo.custom_call", &[&v], &attrs, &shape, v.dtype)
+            }
+            None => v,
+        };
         self.values.insert(t.id, v.clone());
         v
     }
@@ -324,6 +373,7 @@ impl Function {
             results.push(v.clone());
         }
         let types: Vec<String> = results.iter().map(Val::ty).collect();
+        let spmd = self.spmd.is_some();
         let mut aliased = vec![false; types.len()];
         let mut head = String::from("func.func @main(");
         let mut first = true;
@@ -334,11 +384,18 @@ impl Function {
             first = false;
             let ty = p.ty();
             let _ = write!(head, "{}: {ty}", p.name);
+            let mut attrs = Vec::new();
             if donors.contains(id)
                 && let Some(out) = (0..types.len()).find(|&j| !aliased[j] && types[j] == ty)
             {
                 aliased[out] = true;
-                let _ = write!(head, " {{tf.aliasing_output = {out} : i32}}");
+                attrs.push(format!("tf.aliasing_output = {out} : i32"));
+            }
+            if spmd {
+                attrs.push(REPLICATED.into());
+            }
+            if !attrs.is_empty() {
+                let _ = write!(head, " {{{}}}", attrs.join(", "));
             }
         }
         for (slot, (dtype, values)) in self.scalars.by_dtype.iter().enumerate() {
@@ -348,11 +405,21 @@ impl Function {
             first = false;
             let ty = tensor_type(&[values.len()], *dtype);
             let _ = write!(head, "%s{slot}: {ty}");
+            if spmd {
+                let _ = write!(head, " {{{REPLICATED}}}");
+            }
             let placeholder = format!("tensor<{}x{}>", usize::MAX - slot, mlir_type(*dtype));
             self.body = self.body.replace(&placeholder, &ty);
         }
         head.push_str(") -> (");
-        head.push_str(&types.join(", "));
+        let results_head: Vec<String> = match spmd {
+            true => types
+                .iter()
+                .map(|t| format!("{t} {{{REPLICATED}}}"))
+                .collect(),
+            false => types.clone(),
+        };
+        head.push_str(&results_head.join(", "));
         head.push_str(") {\n");
         let names: Vec<&str> = results.iter().map(|v| v.name.as_str()).collect();
         let mut text = head;
@@ -364,6 +431,12 @@ impl Function {
             types.join(", ")
         );
         text.push_str("}\n");
+        if let Some(spmd) = &self.spmd {
+            text = format!(
+                "module @main attributes {{mhlo.num_partitions = {} : i32, mhlo.num_replicas = 1 : i32}} {{\n{text}}}\n",
+                spmd.devices
+            );
+        }
         Ok(Emitted {
             text,
             inputs: self.params.into_iter().map(|(id, _)| id).collect(),

@@ -5,4 +5,4 @@ pub mod lower;
 pub mod ops;
 pub mod types;
 
-pub use func::{Emitted, Function, Lifted, Scalars, Unsupported, Val};
+pub use func::{Emitted, Function, Lifted, Scalars, Spmd, Unsupported, Val};

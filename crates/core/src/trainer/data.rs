@@ -4,6 +4,7 @@
 //! into batches in a seeded order that depends only on the seed and the epoch, so a run is
 //! reproducible and a later issue can shard and resume it.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -156,8 +157,35 @@ impl<I> Loader<I> {
                 })
             })
             .collect::<anyhow::Result<Vec<I>>>()?;
-        Ok(batcher.batch(items, device))
+        Ok(making_batch(items.len(), || batcher.batch(items, device)))
     }
+}
+
+thread_local! {
+    /// The item count of the batch this thread's batcher is making.
+    static BATCHING: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Runs `make` as the making of a batch of `items` items: [`batching`] says so on this thread
+/// until it returns (or unwinds). The Trainer's loaders make every batch this way.
+pub fn making_batch<T>(items: usize, make: impl FnOnce() -> T) -> T {
+    /// Restores the value before, also when `make` panics.
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BATCHING.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(BATCHING.with(|b| b.replace(Some(items))));
+    make()
+}
+
+/// The item count of the batch this thread's batcher is making, while it makes it: a backend
+/// that splits every batch over several devices (xla's device spanning several) tells the
+/// batch's tensors, whose first dimension is this count, from the model's, which every device
+/// holds whole.
+pub fn batching() -> Option<usize> {
+    BATCHING.with(Cell::get)
 }
 
 /// The data side of a run (Lightning's LightningDataModule): where each loop's items come
@@ -353,6 +381,26 @@ mod tests {
 
     fn loader(n: usize, batch: usize) -> Loader<usize> {
         Loader::new(InMemDataset::new((0..n).collect()), batch)
+    }
+
+    /// A batcher that makes, as its batch, what `batching` said while it ran.
+    struct Probe;
+
+    impl Batcher<burn_flex::Flex, usize, Option<usize>> for Probe {
+        fn batch(&self, _: Vec<usize>, _: &burn_flex::FlexDevice) -> Option<usize> {
+            batching()
+        }
+    }
+
+    #[test]
+    fn a_batcher_knows_the_size_of_the_batch_it_makes_and_nothing_else_does() {
+        let l = loader(10, 4);
+        let device = Default::default();
+        assert_eq!(l.batch(&Probe, &[0, 1, 2], &device).unwrap(), Some(3));
+        assert_eq!(batching(), None);
+        let caught = std::panic::catch_unwind(|| making_batch(5, || panic!("in the batcher")));
+        assert!(caught.is_err());
+        assert_eq!(batching(), None, "a panicking batcher leaves nothing set");
     }
 
     #[test]

@@ -1,0 +1,136 @@
+//! One xla device spanning the CPU plugin's 4 devices: a batch made by a loader's batcher is
+//! split by rows over them, the model's tensors are whole on each, and every program is one
+//! SPMD program whose partitioner adds the collectives. Its results match one device's.
+
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Int, Tensor, TensorData};
+use burn_autodiff::Autodiff;
+use ember_accel_tpu_xla::backend::runtime;
+use ember_accel_tpu_xla::{Xla, XlaDevice, pjrt::plugin};
+use ember_core::trainer::data::making_batch;
+
+/// Whether the plugin has 4 devices (saying why not when it has not).
+fn four_devices() -> bool {
+    match plugin::find() {
+        Err(e) => eprintln!("skip: {e}"),
+        Ok(_) => match runtime::runtime().map(|rt| rt.client().device_count()) {
+            Ok(n) if n >= 4 => return true,
+            Ok(n) => eprintln!("skip: the plugin has {n} device(s), not 4"),
+            Err(e) => eprintln!("skip: {e}"),
+        },
+    }
+    false
+}
+
+/// Values spread over [-2, 2), the same for every `seed`.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// A two-layer classifier's loss on a batch of `rows` rows, and its gradients, on `device`:
+/// the batch made as a loader makes one, the weights as a model holds them.
+fn step<B: AutodiffBackend>(rows: usize, device: &B::Device) -> Vec<TensorData> {
+    let (x, classes) = making_batch(rows, || {
+        let x = Tensor::<B, 2>::from_data(TensorData::new(values(rows * 6, 1), [rows, 6]), device);
+        let classes: Vec<i32> = (0..rows as i32).map(|i| i % 3).collect();
+        let classes = Tensor::<B, 1, Int>::from_data(TensorData::new(classes, [rows]), device);
+        (x, classes)
+    });
+    let w1 = Tensor::<B, 2>::from_data(TensorData::new(values(96, 2), [6, 16]), device);
+    let w2 = Tensor::<B, 2>::from_data(TensorData::new(values(48, 3), [16, 3]), device);
+    let (w1, w2) = (w1.require_grad(), w2.require_grad());
+    let hidden = burn::tensor::activation::relu(x.matmul(w1.clone()));
+    let logits = hidden.matmul(w2.clone());
+    let loss = CrossEntropyLossConfig::new()
+        .init(device)
+        .forward(logits, classes);
+    let grads = loss.backward();
+    vec![
+        loss.into_data(),
+        w1.grad(&grads).unwrap().into_data(),
+        w2.grad(&grads).unwrap().into_data(),
+    ]
+}
+
+fn assert_close(one: &[TensorData], four: &[TensorData]) {
+    for (i, (a, b)) in one.iter().zip(four).enumerate() {
+        assert_eq!(a.shape, b.shape, "result {i}: shape");
+        let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * x.abs().max(1.0),
+                "result {i}: {x} vs {y}"
+            );
+        }
+    }
+}
+
+/// Whether `hlo` (a serialized HloModuleProto) mentions `what`.
+fn mentions(hlo: &[u8], what: &str) -> bool {
+    hlo.windows(what.len()).any(|w| w == what.as_bytes())
+}
+
+#[test]
+fn a_step_on_four_devices_as_one_splits_the_batch_and_matches_one_device() {
+    if !four_devices() {
+        return;
+    }
+    type B = Autodiff<Xla>;
+    let one = step::<B>(32, &XlaDevice::new(0));
+    let four = step::<B>(32, &XlaDevice::spanning(0, 4));
+    assert_close(&one, &four);
+    // The step's programs on four devices split the batch's rows, and XLA joined the
+    // devices' parts of the loss and gradients with all-reduces.
+    let rt = runtime::runtime().unwrap();
+    let partitioned: Vec<_> = (rt.programs().into_iter())
+        .filter(|(text, _)| text.contains("mhlo.num_partitions = 4"))
+        .collect();
+    assert!(
+        partitioned
+            .iter()
+            .any(|(text, _)| text.contains("devices=[4,1]0,1,2,3")),
+        "no program split a batch tensor"
+    );
+    assert!(
+        (partitioned.iter())
+            .any(|(_, exe)| mentions(&exe.optimized_program().unwrap(), "all-reduce")),
+        "no all-reduce in the partitioned programs"
+    );
+}
+
+#[test]
+fn rows_that_do_not_divide_among_the_devices_still_give_one_devices_results() {
+    if !four_devices() {
+        return;
+    }
+    type B = Autodiff<Xla>;
+    assert_close(
+        &step::<B>(10, &XlaDevice::new(0)),
+        &step::<B>(10, &XlaDevice::spanning(0, 4)),
+    );
+}
+
+#[test]
+fn a_batch_tensor_reads_back_whole_and_combines_with_tensors_whole_on_each_device() {
+    if !four_devices() {
+        return;
+    }
+    let device = XlaDevice::spanning(0, 4);
+    let data = TensorData::new(values(12, 4), [4, 3]);
+    let batch = making_batch(4, || Tensor::<Xla, 2>::from_data(data.clone(), &device));
+    assert_eq!(batch.clone().into_data(), data);
+    let weights = Tensor::<Xla, 2>::from_data(data.clone(), &device);
+    let product = batch.matmul(weights.transpose());
+    let expected = Tensor::<Xla, 2>::from_data(data.clone(), &XlaDevice::new(0));
+    let expected = expected.clone().matmul(expected.transpose());
+    assert_close(&[expected.into_data()], &[product.into_data()]);
+}
