@@ -178,6 +178,23 @@ fn a11_strategy_names_are_case_insensitive() {
 }
 
 #[test]
+fn the_xla_strategy_is_refused_off_the_xla_accelerator_before_anything_runs() {
+    // tpu: the stand-in for a TPU plugin in these tests, not the xla accelerator.
+    for (accelerator, devices) in [("cpu", 2), ("tpu", 8)] {
+        let e = err_of(
+            &flags()
+                .accelerator(accelerator)
+                .strategy("xla")
+                .devices(DevicesFlag::Count(devices)),
+            "tpu=8",
+        );
+        let (flag, value) = (e.flag.as_str(), e.value.as_str());
+        assert_eq!((flag, value), ("--trainer.strategy", "xla"), "{e}");
+        assert!(e.message.contains("use --trainer.accelerator=xla"), "{e}");
+    }
+}
+
+#[test]
 fn a12_num_nodes_must_be_positive() {
     for n in [0, -1] {
         let e = err_of(&flags().num_nodes(n), "");

@@ -43,6 +43,8 @@ cargo xtask <task>
   bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu and vs jax (the
                      pinned jax venv) on digits and a wide MLP: steps/s, compiles, cache
                      hits, host overhead per step; last line xla/jax
+  bench xla-devices [ROUNDS]    one process on XLA's 4 CPU devices (strategy xla, SPMD) vs 4
+                     ddp processes (OpenMPI): samples/s, digits and a wide MLP; last line xla/ddp
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
@@ -282,6 +284,20 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 run("bash", &["scripts/setup.sh", "--jax"], &[]) && run("cargo", &cargo, &[])
             }
+            Some(&"xla-devices") => {
+                let mut cargo = vec![
+                    "bench",
+                    "-p",
+                    "digits",
+                    "--features",
+                    "tpu-xla",
+                    "--bench",
+                    "xla_devices",
+                    "--",
+                ];
+                cargo.extend(&rest[1..]);
+                setup(false) && run("cargo", &cargo, &[])
+            }
             Some(&"profiler") => {
                 let mut cargo = vec!["bench", "-p", "convnet", "--bench", "profiler", "--"];
                 cargo.extend(&rest[1..]);
@@ -301,7 +317,7 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, models, profiler"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, xla-devices, models, profiler"
                 );
                 false
             }

@@ -88,6 +88,18 @@ impl Accelerator for XlaAccelerator {
         ids.iter().map(|&i| XlaDevice::new(i)).collect()
     }
 
+    /// Consecutive devices, driven as one: each program partitioned over them by XLA.
+    fn spanning_device(ids: &[usize]) -> Result<XlaDevice, String> {
+        let first = *ids.first().ok_or("no devices")?;
+        if ids.iter().enumerate().any(|(i, &id)| id != first + i) {
+            return Err(format!(
+                "one process drives consecutive devices only (e.g. [{first}..{}])",
+                first + ids.len() - 1
+            ));
+        }
+        Ok(XlaDevice::spanning(first, ids.len()))
+    }
+
     /// f32, and bf16 (TPUs' native type) alone or for compute beside f32 weights. No 64-true:
     /// TPUs have no f64 (XLA's CPU plugin would run it, but one rule for every plugin keeps
     /// a config portable).

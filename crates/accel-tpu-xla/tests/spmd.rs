@@ -134,3 +134,41 @@ fn a_batch_tensor_reads_back_whole_and_combines_with_tensors_whole_on_each_devic
     let expected = expected.clone().matmul(expected.transpose());
     assert_close(&[expected.into_data()], &[product.into_data()]);
 }
+
+#[test]
+fn adam_steps_on_four_devices_leave_every_devices_weights_bitwise_equal() {
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+    use ember_accel_tpu_xla::backend::on_each_device;
+
+    if !four_devices() {
+        return;
+    }
+    type B = Autodiff<Xla>;
+    let device = XlaDevice::spanning(0, 4);
+    let mut layer: Linear<B> = LinearConfig::new(6, 3).init(&device);
+    let mut adam = AdamConfig::new().init();
+    for step in 0..5u64 {
+        let (x, y) = making_batch(20, || {
+            let x = TensorData::new(values(120, 10 + step), [20, 6]);
+            let y = TensorData::new(values(60, 20 + step), [20, 3]);
+            (
+                Tensor::<B, 2>::from_data(x, &device),
+                Tensor::<B, 2>::from_data(y, &device),
+            )
+        });
+        let loss = (layer.forward(x) - y).powf_scalar(2.0).mean();
+        let grads = GradientsParams::from_grads(loss.backward(), &layer);
+        layer = adam.step(1e-2, layer, grads);
+    }
+    let weight = layer.weight.val().inner();
+    let copies = on_each_device(weight).unwrap();
+    assert_eq!(copies.len(), 4);
+    for copy in &copies[1..] {
+        assert_eq!(
+            copy.as_bytes(),
+            copies[0].as_bytes(),
+            "a device's weights drifted"
+        );
+    }
+}

@@ -63,6 +63,16 @@ pub trait Accelerator: 'static {
     /// The backend devices for the given ids, in order.
     fn parallel_devices(ids: &[usize]) -> Vec<DeviceOf<Self>>;
 
+    /// One backend device that drives all of `ids` from this process (a strategy with one
+    /// process per node, `xla`); the error says why this accelerator has none.
+    fn spanning_device(ids: &[usize]) -> Result<DeviceOf<Self>, String> {
+        let _ = ids;
+        Err(format!(
+            "accelerator {} drives one device per process",
+            Self::name()
+        ))
+    }
+
     /// Figures about one device for monitoring (memory, utilisation ...).
     fn device_stats(device: &DeviceOf<Self>) -> DeviceStats;
 

@@ -312,6 +312,8 @@ fn report(output: &AppOutput, plan: &Plan) -> anyhow::Result<()> {
             ));
             if plan.world_size > 1 {
                 line.push_str(&format!(" ({} processes)", plan.world_size));
+            } else if plan.drives_every_device() {
+                line.push_str(&format!(" ({} devices, one process)", plan.devices.len()));
             }
             for (name, value) in metrics {
                 line.push_str(&format!("; {name} {value:.4}"));

@@ -10,7 +10,8 @@ use crate::plugins::ddp::Ddp;
 use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::sharded::DdpSharded;
 use crate::plugins::strategy::{SingleDevice, StrategyFactory};
-use crate::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE};
+use crate::plugins::xla::XlaStrategy;
+use crate::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE, XLA};
 
 /// Builds a precision plugin registered by name.
 pub type PrecisionFactory = Arc<dyn Fn() -> Box<dyn PrecisionPlugin>>;
@@ -20,7 +21,7 @@ pub type CheckpointIoFactory = Arc<dyn Fn() -> Arc<dyn CheckpointIO>>;
 
 /// The factories of strategies, precision plugins, checkpoint IOs, callbacks and loggers
 /// registered by name; by
-/// default the built-in strategies (`single_device`, `ddp`, `ddp_sharded`), which a registry
+/// default the built-in strategies (`single_device`, `ddp`, `ddp_sharded`, `xla`), which a registry
 /// may override as it may any other.
 #[derive(Clone)]
 pub struct PluginFactories {
@@ -42,6 +43,7 @@ impl Default for PluginFactories {
                 ),
                 builtin(DDP, Arc::new(|p| Ok(Box::new(Ddp::new(p))))),
                 builtin(DDP_SHARDED, Arc::new(|p| Ok(Box::new(DdpSharded::new(p))))),
+                builtin(XLA, Arc::new(|p| Ok(Box::new(XlaStrategy::new(p))))),
             ],
             precisions: Vec::new(),
             checkpoint_ios: Vec::new(),

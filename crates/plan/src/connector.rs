@@ -7,14 +7,14 @@ use crate::accelerator::AcceleratorKind;
 use crate::catalog::{
     AcceleratorSpec, BUILTIN_ACCELERATOR_FEATURES, Catalog, PluginInfo, PluginKind,
 };
-use crate::cluster::{self, ClusterEnvironment, Env, Ranks};
+use crate::cluster::{self, ClusterEnvironment, Env};
 use crate::error::{FlagError, PlanResult, list};
 use crate::flags::TrainerFlags;
 use crate::inventory::Inventory;
 use crate::plan::Plan;
 use crate::precision::Precision;
 use crate::process_group;
-use crate::strategy::{DDP, SINGLE_DEVICE};
+use crate::world;
 
 /// Resolves flags into a plan for this process.
 pub fn connect(
@@ -58,14 +58,13 @@ pub fn connect(
             )
         })?,
     };
-    let ranks = cluster::resolve_ranks(environment.as_ref(), env, devices.len(), num_nodes)?;
-    check_world(environment.as_ref(), &ranks, devices.len(), num_nodes)?;
-    let strategy = select_strategy(
+    let (strategy, ranks) = world::strategy_and_ranks(
         &flags.strategy,
         catalog,
+        environment.as_ref(),
+        env,
         devices.len(),
         num_nodes,
-        ranks.world_size,
     )?;
     let distributed = catalog.strategy(&strategy).is_some_and(|s| s.distributed);
     let process_group_backend = process_group::select(
@@ -435,65 +434,4 @@ fn refuse_repeats(names: &[String]) -> PlanResult<()> {
         }
     }
     Ok(())
-}
-
-/// Under an environment that started the processes, the flags must describe the same world.
-fn check_world(
-    environment: &dyn ClusterEnvironment,
-    ranks: &Ranks,
-    devices: usize,
-    num_nodes: usize,
-) -> PlanResult<()> {
-    if !environment.creates_processes_externally() {
-        return Ok(());
-    }
-    environment.validate(devices)?;
-    let asked = devices * num_nodes;
-    if asked != ranks.world_size {
-        return Err(FlagError::new(
-            "--trainer.devices",
-            devices.to_string(),
-            format!(
-                "devices × num_nodes = {devices} × {num_nodes} = {asked} processes, but the {} environment started {}; set --trainer.devices to the processes per node and --trainer.num_nodes to the number of nodes",
-                environment.name(),
-                ranks.world_size
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn select_strategy(
-    value: &str,
-    catalog: &Catalog,
-    devices: usize,
-    num_nodes: usize,
-    world: usize,
-) -> PlanResult<String> {
-    let name = value.trim().to_ascii_lowercase();
-    let many = devices * num_nodes > 1 || world > 1;
-    if name == "auto" {
-        return Ok(if many { DDP } else { SINGLE_DEVICE }.to_owned());
-    }
-    let info = catalog.strategy(&name).ok_or_else(|| {
-        FlagError::new(
-            "--trainer.strategy",
-            value,
-            format!(
-                "unknown strategy; registered: {}",
-                catalog.strategy_choices()
-            ),
-        )
-    })?;
-    if !info.distributed && many {
-        return Err(FlagError::new(
-            "--trainer.strategy",
-            value,
-            format!(
-                "{} runs one process on one device, but the run has {devices} device(s) × {num_nodes} node(s); use --trainer.strategy=ddp or --trainer.devices=1",
-                info.name
-            ),
-        ));
-    }
-    Ok(info.name.clone())
 }

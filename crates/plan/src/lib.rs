@@ -25,6 +25,7 @@ pub mod precision;
 pub mod process_group;
 pub mod stage;
 pub mod strategy;
+mod world;
 
 pub use accelerator::AcceleratorKind;
 pub use catalog::{AcceleratorSpec, Catalog};

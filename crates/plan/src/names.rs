@@ -7,5 +7,8 @@ pub const SINGLE_DEVICE: &str = "single_device";
 pub const DDP: &str = "ddp";
 /// Name of the sharded data parallel strategy (optimizer state and gradients partitioned).
 pub const DDP_SHARDED: &str = "ddp_sharded";
+/// Name of the strategy that drives every device of a node from one process as one XLA SPMD
+/// program.
+pub const XLA: &str = "xla";
 /// Name of the environment ember's own launcher (or a user setting `LOCAL_RANK` by hand) runs in.
 pub const LOCAL: &str = "local";

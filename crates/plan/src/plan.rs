@@ -12,7 +12,8 @@ pub struct Plan {
     pub accelerator: String,
     /// Selected strategy name.
     pub strategy: String,
-    /// Device ids this node uses (one process each under ddp).
+    /// Device ids this node uses (one process each under ddp; all driven by one process under
+    /// a strategy with one process per node, `xla`).
     pub devices: Vec<usize>,
     /// Number of nodes.
     pub num_nodes: usize,
@@ -94,16 +95,21 @@ impl Plan {
 
     /// The launcher this plan needs.
     pub fn launcher(&self) -> Launcher {
-        if self.cluster_environment == crate::names::LOCAL && self.devices.len() > 1 {
-            Launcher::Local {
-                processes: self.devices.len(),
-            }
+        let processes = self.world_size / self.num_nodes.max(1);
+        if self.cluster_environment == crate::names::LOCAL && processes > 1 {
+            Launcher::Local { processes }
         } else {
             Launcher::None
         }
     }
 
-    /// The device id this process drives.
+    /// Whether this process drives all of its node's devices (`xla`: one process per node)
+    /// rather than one of them.
+    pub fn drives_every_device(&self) -> bool {
+        self.devices.len() > 1 && self.world_size == self.num_nodes
+    }
+
+    /// The device id this process drives (the first, when it drives them all).
     pub fn local_device(&self) -> usize {
         self.devices[self.local_rank.min(self.devices.len() - 1)]
     }

@@ -13,8 +13,11 @@ pub struct StrategyInfo {
     pub name: String,
     /// One line for `--help`.
     pub description: String,
-    /// Whether it runs one process per device (and may span nodes).
+    /// Whether it runs on several devices (and may span nodes): one process per device, unless
+    /// [`one_process_per_node`](Self::one_process_per_node).
     pub distributed: bool,
+    /// Whether one process drives all of its node's devices ([`per_node`](Self::per_node)).
+    pub one_process_per_node: bool,
     /// Its plan-time check ([`with_check`](Self::with_check)); `None` accepts every plan.
     #[serde(skip)]
     pub check: Option<PlanCheck>,
@@ -27,8 +30,16 @@ impl StrategyInfo {
             name: name.to_ascii_lowercase(),
             description: description.to_owned(),
             distributed,
+            one_process_per_node: false,
             check: None,
         }
+    }
+
+    /// One process per node drives all the node's devices (the `xla` strategy), instead of one
+    /// process per device.
+    pub fn per_node(mut self) -> Self {
+        self.one_process_per_node = true;
+        self
     }
 
     /// Refuses plans `check` returns `Err(why)` for: `--trainer.strategy=NAME` then exits 2
@@ -48,7 +59,7 @@ impl StrategyInfo {
     }
 }
 
-pub use crate::names::{DDP, DDP_SHARDED, SINGLE_DEVICE};
+pub use crate::names::{DDP, DDP_SHARDED, SINGLE_DEVICE, XLA};
 
 /// The strategies every registry starts with.
 pub fn builtin_strategies() -> Vec<StrategyInfo> {
@@ -64,5 +75,26 @@ pub fn builtin_strategies() -> Vec<StrategyInfo> {
             "sharded data parallel: ddp with the optimizer state and gradients partitioned over the ranks",
             true,
         ),
+        StrategyInfo::new(
+            XLA,
+            "one process drives every device as one XLA SPMD program, each device a share of the batch (accelerator xla)",
+            true,
+        )
+        .per_node()
+        .with_check(|plan| {
+            if plan.accelerator != "xla" {
+                return Err(format!(
+                    "it partitions XLA programs over devices; use --trainer.accelerator=xla (not {})",
+                    plan.accelerator
+                ));
+            }
+            if plan.num_nodes > 1 {
+                return Err(
+                    "it drives the devices of one host; several hosts are not supported yet (use --trainer.strategy=ddp)"
+                        .into(),
+                );
+            }
+            Ok(())
+        }),
     ]
 }

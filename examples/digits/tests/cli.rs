@@ -642,15 +642,14 @@ fn a_yaml_flow_list_of_callbacks_is_read_as_a_list() {
     );
 }
 
-/// `digits fit --trainer.accelerator=xla` (XLA's CPU plugin here) trains to the same accuracy
-/// band as cpu.
+/// `digits fit --trainer.accelerator=xla ARGS` (XLA's CPU plugin here): its summary line, or
+/// `None` (saying why) where the plugin is missing.
 #[cfg(feature = "tpu-xla")]
-#[test]
-fn fit_on_xla_reaches_95_percent() {
+fn fit_on_xla(args: &[&str]) -> Option<String> {
     use ember::Accelerator;
     if !ember::xla::XlaAccelerator::is_available() {
         eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_digits"))
@@ -659,22 +658,49 @@ fn fit_on_xla_reaches_95_percent() {
             "--trainer.accelerator=xla",
             "--trainer.enable_progress_bar=false",
         ])
+        .args(args)
         .current_dir(dir.path())
         .env_remove("EMBER_INVENTORY")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &stderr(&out);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("trained "))
-        .expect("a summary line");
-    assert!(line.contains("on xla"), "{line}");
-    let acc: f64 = line
-        .split("val_acc ")
+    let line = text.lines().find(|l| l.starts_with("trained "));
+    Some(line.expect("a summary line").to_owned())
+}
+
+/// The `val_acc` of a summary line.
+#[cfg(feature = "tpu-xla")]
+fn val_acc(line: &str) -> f64 {
+    line.split("val_acc ")
         .nth(1)
         .and_then(|s| s.split(';').next())
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no val_acc in {line}"));
-    assert!(acc >= 0.95, "val_acc {acc}: {line}");
+        .unwrap_or_else(|| panic!("no val_acc in {line}"))
+}
+
+/// On one xla device, digits trains to the same accuracy band as on cpu.
+#[cfg(feature = "tpu-xla")]
+#[test]
+fn fit_on_xla_reaches_95_percent() {
+    let Some(line) = fit_on_xla(&[]) else { return };
+    assert!(line.contains("on xla;"), "{line}");
+    assert!(val_acc(&line) >= 0.95, "{line}");
+}
+
+/// Under the `xla` strategy one process drives the plugin's 4 devices (each a 64-item share of
+/// every step's batch of 256) and trains to the same band.
+#[cfg(feature = "tpu-xla")]
+#[test]
+fn fit_with_the_xla_strategy_on_four_devices_reaches_95_percent() {
+    let args = ["--trainer.strategy=xla", "--trainer.devices=4"];
+    let Some(line) = fit_on_xla(&args) else {
+        return;
+    };
+    assert!(line.contains("on xla (4 devices, one process);"), "{line}");
+    assert!(
+        line.contains(" 180 steps"),
+        "30 epochs of 6 batches of 256: {line}"
+    );
+    assert!(val_acc(&line) >= 0.95, "{line}");
 }

@@ -283,13 +283,13 @@ impl XlaClient {
     }
 }
 
-/// A live tensor's values, copied to the host (from the first device: every device holds the
-/// same whole tensor).
-fn download(state: &State, tensor: &TensorIr) -> Result<TensorData, ExecutionError> {
+/// A live tensor's values, copied to the host from the `device`-th device the client's device
+/// spans (every one holds the same whole tensor; reads take the first's).
+fn download(state: &State, tensor: &TensorIr, device: usize) -> Result<TensorData, ExecutionError> {
     let buffer = state
         .tensors
         .get(&tensor.id)
-        .and_then(|buffers| buffers.first())
+        .and_then(|buffers| buffers.get(device))
         .ok_or_else(|| fail(format!("xla: tensor {} holds no data", tensor.id)))?;
     let ty = element_type(tensor.dtype).map_err(fail)?;
     let mut bytes = vec![0u8; tensor.shape.num_elements() * ty.size()];
@@ -314,6 +314,25 @@ fn scalar_data(values: &[burn_ir::ScalarIr], dtype: DType) -> TensorData {
     data.convert_dtype(dtype)
 }
 
+impl XlaClient {
+    /// Each device's copy of `tensor` (one per device the client's device spans), after running
+    /// what is recorded: for checks that the devices agree.
+    pub fn read_each_device(&self, tensor: &TensorIr) -> Result<Vec<TensorData>, ExecutionError> {
+        let mut state = self.state.lock().expect("xla state lock");
+        self.flush(&mut state)?;
+        if let Some(cause) = state.failed.get(&tensor.id) {
+            return Err(fail(cause.to_string()));
+        }
+        let copies = (0..self.device.span)
+            .map(|device| download(&state, tensor, device))
+            .collect();
+        if tensor.status == TensorStatus::ReadWrite {
+            state.free(&tensor.id);
+        }
+        copies
+    }
+}
+
 impl RunnerClient for XlaClient {
     type Device = XlaDevice;
 
@@ -336,7 +355,7 @@ impl RunnerClient for XlaClient {
         let _ = self.flush(&mut state);
         let result = match state.failed.get(&tensor.id) {
             Some(cause) => Err(fail(cause.to_string())),
-            None => download(&state, &tensor),
+            None => download(&state, &tensor, 0),
         };
         if tensor.status == TensorStatus::ReadWrite {
             state.free(&tensor.id);

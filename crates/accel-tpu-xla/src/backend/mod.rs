@@ -17,3 +17,13 @@ pub use runtime::{CacheStats, stats};
 
 /// burn's backend on xla devices.
 pub type Xla = burn_router::BackendRouter<XlaChannel>;
+
+/// Each device's copy of `tensor`: one per device its xla device spans (see
+/// [`XlaDevice::spanning`]), which hold the same values unless something is wrong.
+pub fn on_each_device<const D: usize>(
+    tensor: burn::tensor::Tensor<Xla, D>,
+) -> Result<Vec<burn_backend::TensorData>, burn_backend::ExecutionError> {
+    let primitive = tensor.into_primitive().tensor();
+    let client = primitive.client.clone();
+    client.read_each_device(&primitive.into_ir())
+}

@@ -68,11 +68,14 @@ pub struct Runtime {
     client: Client,
     /// Programs by their text.
     cache: Mutex<HashMap<String, Arc<Executable>>>,
-    /// Lowered segments by the devices they run on and their structure: a few per structure,
-    /// for scalars written into the program (booleans) that differ.
-    templates: Mutex<HashMap<usize, HashMap<Vec<u8>, Vec<Arc<Template>>>>>,
+    /// Lowered segments by the devices they run on and their structure.
+    templates: Mutex<HashMap<usize, Templates>>,
     stats: Mutex<CacheStats>,
 }
+
+/// Lowered segments by their structure (signature bytes): a few per structure, for scalars
+/// written into the program (booleans) that differ.
+type Templates = HashMap<Vec<u8>, Vec<Arc<Template>>>;
 
 /// Templates kept per segment structure; the oldest goes first.
 const TEMPLATES_PER_STRUCTURE: usize = 4;

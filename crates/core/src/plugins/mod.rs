@@ -19,5 +19,6 @@ pub mod shard;
 pub mod sharded;
 pub mod strategy;
 pub mod weights;
+pub mod xla;
 
 pub use crate::factories::{CheckpointIoFactory, PluginFactories, PrecisionFactory};

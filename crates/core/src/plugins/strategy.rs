@@ -79,6 +79,13 @@ pub trait Strategy {
         }
     }
 
+    /// How many devices this process drives, each taking a loader's `batch_size` items per
+    /// step (Lightning's per-device batch size): 1, except under a strategy that drives all of
+    /// a node's devices from one process (`xla`), whose batches hold `batch_size` × devices.
+    fn devices_per_process(&self) -> usize {
+        1
+    }
+
     /// The seed every process uses, given this one's (rank 0's wins).
     fn broadcast_seed(&self, seed: u64) -> anyhow::Result<u64> {
         if self.collective().world_size() < 2 {

@@ -142,10 +142,20 @@ impl TrainerBuilder {
         // The connector checked its plan against the accelerator it named; a plan made by
         // hand is checked against the accelerator built here.
         crate::accelerator::check_deterministic(A::name(), plan.deterministic, A::deterministic)?;
-        let device = A::parallel_devices(&[plan.local_device()])
-            .into_iter()
-            .next()
-            .context("the accelerator returned no device")?;
+        let device = if plan.drives_every_device() {
+            A::spanning_device(&plan.devices).map_err(|why| {
+                anyhow::anyhow!(
+                    "strategy {} cannot drive devices {:?}: {why}",
+                    plan.strategy,
+                    plan.devices
+                )
+            })?
+        } else {
+            A::parallel_devices(&[plan.local_device()])
+                .into_iter()
+                .next()
+                .context("the accelerator returned no device")?
+        };
         let given = Given {
             precision,
             checkpoint_io,

@@ -105,6 +105,13 @@ impl<I> Loader<I> {
         self
     }
 
+    /// The loader of a process that drives `devices` devices, each taking `batch_size` items
+    /// per step: batches of `batch_size` × `devices`.
+    pub fn for_devices(mut self, devices: usize) -> Self {
+        self.batch_size *= devices;
+        self
+    }
+
     /// Shuffles every epoch.
     pub fn shuffled(mut self) -> Self {
         self.shuffle = true;

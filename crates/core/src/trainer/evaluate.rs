@@ -154,7 +154,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             "{} needs data: DataModule::{which}_loader returned None",
             stage.name()
         );
-        let loaders = Loader::checked_all(loaders, which, self.shard())?;
+        let loaders = self.strategy_loaders(loaders, which)?;
         let model = self.load_weights(model)?;
         let mut run = self.start(stage)?;
         let result = (|| {

@@ -196,6 +196,21 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.strategy.shard()
     }
 
+    /// `loaders` (of loop `which`) checked, sharded and sized for the strategy: this
+    /// process's share of each epoch, `batch_size` items per device it drives.
+    fn strategy_loaders<I>(
+        &self,
+        loaders: Vec<Loader<I>>,
+        which: &str,
+    ) -> anyhow::Result<Vec<Loader<I>>> {
+        let devices = self.strategy.devices_per_process();
+        let loaders = Loader::checked_all(loaders, which, self.shard())?;
+        Ok(loaders
+            .into_iter()
+            .map(|l| l.for_devices(devices))
+            .collect())
+    }
+
     /// A Trainer on `device` with no accelerator behind it (no device stats, one process,
     /// 32-true, `single_device`, host floats flushed as [`Plan::local`] says; a program that
     /// wants another choice builds with [`Trainer::builder`] and a plan of its own).
@@ -340,11 +355,10 @@ impl<B: AutodiffBackend> Trainer<B> {
         data.setup(Stage::Fit)?;
         let train = data
             .train_loader()
-            .context("fit needs training data: DataModule::train_loader returned None")?
-            .checked("train")?;
-        let shard = self.shard();
-        let train = train.sharded(shard);
-        let val = Loader::checked_all(data.val_loaders(), "val", shard)?;
+            .context("fit needs training data: DataModule::train_loader returned None")?;
+        let train = (self.strategy_loaders(vec![train], "train")?.pop())
+            .context("one train loader in, one out")?;
+        let val = self.strategy_loaders(data.val_loaders(), "val")?;
         let resume_from = self.ckpt_path()?;
         // A flag that does not fit the data is refused before anything is written.
         let val_batches: Vec<usize> = val.iter().map(Loader::num_batches).collect();

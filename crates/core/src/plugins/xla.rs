@@ -1,0 +1,37 @@
+//! The `xla` strategy (Lightning's XLAStrategy, the way TPU hosts train): one process drives
+//! every device of its node as one accelerator device, on which XLA's SPMD partitioner splits
+//! each program over the devices and each batch by rows, and joins the devices' parts (the
+//! loss, the gradients, `sync_dist` values) with all-reduces inside the program. Nothing is
+//! reduced between processes; each step's batch holds `batch_size` items per device.
+
+use crate::plugins::strategy::{Strategy, StrategyParts};
+
+/// One process driving all of its node's devices as one.
+pub struct XlaStrategy {
+    parts: StrategyParts,
+}
+
+impl XlaStrategy {
+    /// The `xla` strategy over `parts`.
+    pub fn new(parts: StrategyParts) -> Self {
+        Self { parts }
+    }
+}
+
+impl Strategy for XlaStrategy {
+    fn name(&self) -> &str {
+        crate::strategy::XLA
+    }
+
+    fn parts(&self) -> &StrategyParts {
+        &self.parts
+    }
+
+    fn parts_mut(&mut self) -> &mut StrategyParts {
+        &mut self.parts
+    }
+
+    fn devices_per_process(&self) -> usize {
+        self.parts.plan.devices.len()
+    }
+}
