@@ -1,6 +1,6 @@
 //! The PJRT runtime against a real plugin (the CPU plugin setup.sh caches).
 
-use ember_accel_tpu_xla::pjrt::{Api, Buffer, Client, ElementType, plugin};
+use ember_accel_tpu_xla::pjrt::{Api, Buffer, Client, ElementType, OptionValue, plugin};
 
 fn client() -> Option<Client> {
     match plugin::find() {
@@ -215,4 +215,21 @@ fn a_program_partitioned_over_four_devices_gives_the_whole_result_on_each() {
             "{got} vs {expected}"
         );
     }
+}
+
+/// The CPU plugin makes a client of as many devices as asked (`cpu_device_count`; 4 unless
+/// asked): what a process of a run over several hosts would take as its share.
+#[test]
+fn the_cpu_plugin_makes_the_devices_asked_for() {
+    let Ok(path) = plugin::find() else {
+        eprintln!("skip: no PJRT plugin");
+        return;
+    };
+    if path.file_name() != Some(std::ffi::OsStr::new(plugin::CACHED_PLUGIN)) {
+        eprintln!("skip: {} is not the pinned CPU plugin", path.display());
+        return;
+    }
+    let api = Api::load(&path).expect("load plugin");
+    let two = Client::with_options(api, &[("cpu_device_count", OptionValue::Int(2))]).unwrap();
+    assert_eq!(two.device_count(), 2);
 }

@@ -64,11 +64,52 @@ unsafe impl Send for Client {}
 // SAFETY: as above.
 unsafe impl Sync for Client {}
 
+/// A value of a client creation option ([`Client::with_options`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OptionValue {
+    /// An integer, e.g. the CPU plugin's `cpu_device_count`.
+    Int(i64),
+    /// A flag, e.g. the CPU plugin's `asynchronous`.
+    Bool(bool),
+}
+
 impl Client {
     /// Creates a client of `api`'s plugin with no options.
     pub fn new(api: &'static Api) -> Result<Client> {
+        Self::with_options(api, &[])
+    }
+
+    /// Creates a client of `api`'s plugin with the named creation options the plugin takes
+    /// (the CPU plugin: `cpu_device_count`, `asynchronous`, `max_inflight_computations`); a
+    /// plugin refuses a name it does not know.
+    pub fn with_options(api: &'static Api, options: &[(&str, OptionValue)]) -> Result<Client> {
+        let named: Vec<sys::PJRT_NamedValue> = options
+            .iter()
+            .map(|(name, value)| {
+                let mut named = sys::PJRT_NamedValue {
+                    struct_size: sys::PJRT_NamedValue_STRUCT_SIZE as usize,
+                    name: name.as_ptr().cast(),
+                    name_size: name.len(),
+                    value_size: 1,
+                    ..Default::default()
+                };
+                match *value {
+                    OptionValue::Int(v) => {
+                        named.type_ = sys::PJRT_NamedValue_Type_PJRT_NamedValue_kInt64;
+                        named.__bindgen_anon_1.int64_value = v;
+                    }
+                    OptionValue::Bool(v) => {
+                        named.type_ = sys::PJRT_NamedValue_Type_PJRT_NamedValue_kBool;
+                        named.__bindgen_anon_1.bool_value = v;
+                    }
+                }
+                named
+            })
+            .collect();
         let mut args = sys::PJRT_Client_Create_Args {
             struct_size: sys::PJRT_Client_Create_Args_STRUCT_SIZE as usize,
+            create_options: named.as_ptr(),
+            num_options: named.len(),
             ..Default::default()
         };
         pjrt_call!(api, PJRT_Client_Create, &mut args)?;
