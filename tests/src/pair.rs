@@ -91,7 +91,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Pair<B> {
 
     fn configure_optimizers(&self, _: &Hparams) -> anyhow::Result<Optimizers<Self::Optimizer>> {
         let [a, b] = self.rates;
-        let one = Optimizers::new(AdamConfig::new().init(), a);
+        let one = Optimizers::adam(a);
         Ok(match self.mode {
             0 => one,
             1 | 3 => one.manual(),

@@ -4,7 +4,6 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::SgdConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use ember::{
@@ -139,7 +138,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Regression<B> {
         &self,
         _: &Hparams,
     ) -> anyhow::Result<Optimizers<Self::Optimizer, f64>> {
-        Ok(Optimizers::new(SgdConfig::new().init(), self.lr))
+        Ok(Optimizers::sgd(self.lr))
     }
 }
 

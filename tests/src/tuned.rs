@@ -6,7 +6,6 @@ use std::path::Path;
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
-use burn::optim::SgdConfig;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use ember::{
@@ -81,7 +80,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Tuned<B> {
     type Scheduler = f64;
 
     fn configure_optimizers(&self, _: &Hparams) -> anyhow::Result<Optimizers<Self::Optimizer>> {
-        Ok(Optimizers::new(SgdConfig::new().init(), LR))
+        Ok(Optimizers::sgd(LR))
     }
 }
 

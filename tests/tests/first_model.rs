@@ -4,7 +4,6 @@
 
 use burn::data::dataset::InMemDataset;
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::SgdConfig;
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
@@ -46,7 +45,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Bare<B> {
         hparams: &Hparams,
     ) -> anyhow::Result<Optimizers<Self::Optimizer, f64>> {
         let config: ModelConfig = hparams.model()?;
-        Ok(Optimizers::new(SgdConfig::new().init(), config.lr))
+        Ok(Optimizers::sgd(config.lr))
     }
 }
 

@@ -9,7 +9,6 @@ use std::path::Path;
 
 use burn::data::dataset::InMemDataset;
 use burn::module::{AutodiffModule, Module};
-use burn::optim::SgdConfig;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_autodiff::Autodiff;
@@ -63,7 +62,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Multi<B> {
     type Scheduler = f64;
 
     fn configure_optimizers(&self, _: &Hparams) -> anyhow::Result<Optimizers<Self::Optimizer>> {
-        Ok(Optimizers::new(SgdConfig::new().init(), 0.05))
+        Ok(Optimizers::sgd(0.05))
     }
 }
 

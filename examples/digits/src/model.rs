@@ -1,7 +1,6 @@
 //! The digits model: an MLP with ReLU activations.
 
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::AdamConfig;
 use burn::prelude::*;
 use ember::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -139,6 +138,6 @@ impl<B: AutodiffBackend> TrainingModule<B> for DigitsModel<B> {
 
     fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
         let config: ModelConfig = hparams.model()?;
-        Ok(Optimizers::new(AdamConfig::new().init(), config.lr))
+        Ok(Optimizers::adam(config.lr))
     }
 }

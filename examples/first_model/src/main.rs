@@ -89,8 +89,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Classifier<B> {
     type Scheduler = f64;
 
     fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
-        let lr = hparams.model::<ModelConfig>()?.lr;
-        Ok(Optimizers::new(optim::AdamConfig::new().init(), lr))
+        Ok(Optimizers::adam(hparams.model::<ModelConfig>()?.lr))
     }
 }
 

@@ -3,8 +3,9 @@
 //!
 //! Rust cannot infer an associated type from `configure_optimizers`' body (that needs
 //! `impl Trait` in associated types, unstable), so the type is written once, in these words.
-//! Their configs are here too, so `configure_optimizers` needs no import of its own:
-//! `optim::AdamConfig::new().init()`.
+//! Their configs are here too, so `configure_optimizers` needs no import of its own
+//! (`optim::AdamConfig::new().init()`), and `Optimizers::adam(lr)`, `adamw(lr)` and `sgd(lr)`
+//! make one with burn's default config at a constant learning rate.
 
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::tensor::backend::AutodiffBackend;

@@ -16,7 +16,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::optim::ExactState;
+use crate::optim::{self, ExactState};
 use crate::trainer::hparams::Hparams;
 use crate::trainer::log::StepLog;
 use crate::trainer::loops::step::ManualOptimization;
@@ -51,6 +51,23 @@ pub struct Optimizers<O, S = f64> {
     /// [`TrainingModule::manual_training_step`], which steps the optimizers itself.
     pub manual: bool,
 }
+
+/// One optimizer with burn's default config at a constant learning rate, for
+/// `configure_optimizers`: `Ok(Optimizers::adam(lr))`.
+macro_rules! default_optimizer {
+    ($name:ident, $ty:ident, $config:ident, $what:literal) => {
+        impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizers<optim::$ty<M, B>> {
+            #[doc = concat!($what, " with burn's default config (`", stringify!($config), "::new()`) at the constant learning rate `lr`.")]
+            pub fn $name(lr: f64) -> Self {
+                Self::new(optim::$config::new().init(), lr)
+            }
+        }
+    };
+}
+
+default_optimizer!(adam, Adam, AdamConfig, "Adam");
+default_optimizer!(adamw, AdamW, AdamWConfig, "AdamW");
+default_optimizer!(sgd, Sgd, SgdConfig, "SGD (no momentum)");
 
 impl<O, S> Optimizers<O, S> {
     /// An optimizer whose scheduler steps every optimizer step.

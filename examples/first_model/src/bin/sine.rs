@@ -101,8 +101,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Sine<B> {
     type Scheduler = f64;
 
     fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
-        let lr = hparams.model::<SineConfig>()?.lr;
-        Ok(Optimizers::new(optim::AdamConfig::new().init(), lr))
+        Ok(Optimizers::adam(hparams.model::<SineConfig>()?.lr))
     }
 }
 
