@@ -5,6 +5,7 @@
 //! Accelerators whose feature is off in this build are stood in for by planning-only fakes
 //! with the same name, kind and device rules; with the feature on, the real one is used.
 
+pub mod checkpoints;
 pub mod docs;
 pub mod fault;
 pub mod pair;

@@ -16,8 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use ember::trainer::checkpoint::Checkpoint;
-use ember_acceptance::mpirun_available;
+use ember_acceptance::{checkpoints, mpirun_available};
 
 fn run(exe: &str, dir: &Path, args: &[&str]) -> Output {
     let out = Command::new(exe)
@@ -41,26 +40,12 @@ fn run(exe: &str, dir: &Path, args: &[&str]) -> Output {
 
 /// The newest checkpoint of run `version`.
 fn checkpoint(dir: &Path, version: usize) -> PathBuf {
-    let dir = dir.join(format!("lightning_logs/version_{version}/checkpoints"));
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
-        .unwrap()
+    checkpoints::newest(&dir.join(format!("lightning_logs/version_{version}/checkpoints")))
 }
 
-/// Every tensor of a checkpoint by name, the optimizer's named by its parameter's path (ids
-/// differ between runs), as bytes.
+/// Every tensor of a checkpoint by name (see [`checkpoints::tensors`]), as bytes.
 fn tensors(path: &Path) -> BTreeMap<String, Vec<u8>> {
-    let checkpoint = Checkpoint::decode(&std::fs::read(path).unwrap(), path).unwrap();
-    let paths: BTreeMap<String, String> = (checkpoint.header.weights.iter())
-        .map(|(name, _, id)| (id.to_string(), name.clone()))
-        .collect();
-    let state = checkpoint.optimizer_state.into_iter().map(|(name, data)| {
-        let (id, field) = name.split_once('.').unwrap();
-        (format!("{}/{field}", paths[id]), data)
-    });
-    (checkpoint.weights.into_iter().chain(state))
+    (checkpoints::tensors(path).into_iter())
         .map(|(name, data)| (name, data.as_bytes().to_vec()))
         .collect()
 }

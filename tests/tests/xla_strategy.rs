@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use ember::trainer::checkpoint::Checkpoint;
 use ember::xla::XlaAccelerator;
 use ember::{Accelerator, DevicesFlag, Launcher, TrainerFlags};
-use ember_acceptance::{mpirun_available, plan, process};
+use ember_acceptance::{checkpoints, mpirun_available, plan, process};
 
 /// Whether XLA's CPU plugin is here with its 4 devices (saying why not when it is not).
 fn four_devices() -> bool {
@@ -71,28 +70,14 @@ fn wide(dir: &Path, strategy: &str, args: &[&str]) -> Output {
     out
 }
 
-/// The newest checkpoint in `dir/checkpoints`.
+/// The newest checkpoint a run in `dir` wrote.
 fn newest(dir: &Path) -> PathBuf {
-    let dir = dir.join("checkpoints");
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
-        .unwrap()
+    checkpoints::newest(&dir.join("checkpoints"))
 }
 
-/// Every float tensor of a checkpoint (weights, then the optimizer's state by its parameter's
-/// path), as f32 values.
+/// Every float tensor of a checkpoint by name (see [`checkpoints::tensors`]), as f32 values.
 fn tensors(path: &Path) -> BTreeMap<String, Vec<f32>> {
-    let checkpoint = Checkpoint::decode(&std::fs::read(path).unwrap(), path).unwrap();
-    let paths: BTreeMap<String, String> = (checkpoint.header.weights.iter())
-        .map(|(name, _, id)| (id.to_string(), name.clone()))
-        .collect();
-    let state = checkpoint.optimizer_state.into_iter().map(|(name, data)| {
-        let (id, field) = name.split_once('.').unwrap();
-        (format!("{}/{field}", paths[id]), data)
-    });
-    (checkpoint.weights.into_iter().chain(state))
+    (checkpoints::tensors(path).into_iter())
         .filter_map(|(name, data)| Some((name, data.convert::<f32>().to_vec::<f32>().ok()?)))
         .collect()
 }

@@ -105,6 +105,23 @@ fn run_in(program: &str, args: &[&str], envs: &[(&str, &str)], more: &[(String, 
     }
 }
 
+/// `cargo bench` of the digits bench `bench` with the xla accelerator built in, passing it
+/// `args`.
+fn digits_xla_bench<'a>(bench: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    let mut cargo = vec![
+        "bench",
+        "-p",
+        "digits",
+        "--features",
+        "tpu-xla",
+        "--bench",
+        bench,
+    ];
+    cargo.push("--");
+    cargo.extend(args);
+    cargo
+}
+
 /// The value of `--accelerator NAME` or `--accelerator=NAME` among benchmark arguments.
 fn accelerator_flag<'a>(args: &[&'a str]) -> Option<&'a str> {
     args.iter().enumerate().find_map(|(i, arg)| match *arg {
@@ -271,32 +288,11 @@ fn main() -> ExitCode {
                 setup(true) && run_in("cargo", &cargo, &[], &torch_env())
             }
             Some(&"xla") => {
-                let mut cargo = vec![
-                    "bench",
-                    "-p",
-                    "digits",
-                    "--features",
-                    "tpu-xla",
-                    "--bench",
-                    "xla",
-                    "--",
-                ];
-                cargo.extend(&rest[1..]);
-                run("bash", &["scripts/setup.sh", "--jax"], &[]) && run("cargo", &cargo, &[])
+                run("bash", &["scripts/setup.sh", "--jax"], &[])
+                    && run("cargo", &digits_xla_bench("xla", &rest[1..]), &[])
             }
             Some(&"xla-devices") => {
-                let mut cargo = vec![
-                    "bench",
-                    "-p",
-                    "digits",
-                    "--features",
-                    "tpu-xla",
-                    "--bench",
-                    "xla_devices",
-                    "--",
-                ];
-                cargo.extend(&rest[1..]);
-                setup(false) && run("cargo", &cargo, &[])
+                setup(false) && run("cargo", &digits_xla_bench("xla_devices", &rest[1..]), &[])
             }
             Some(&"profiler") => {
                 let mut cargo = vec!["bench", "-p", "convnet", "--bench", "profiler", "--"];

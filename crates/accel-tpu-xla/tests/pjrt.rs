@@ -1,6 +1,8 @@
 //! The PJRT runtime against a real plugin (the CPU plugin setup.sh caches).
 
-use ember_accel_tpu_xla::pjrt::{Api, Buffer, Client, ElementType, OptionValue, plugin};
+use ember_accel_tpu_xla::pjrt::{
+    Api, Buffer, Client, ElementType, Executable, OptionValue, plugin,
+};
 
 fn client() -> Option<Client> {
     match plugin::find() {
@@ -100,6 +102,29 @@ fn a_bad_program_is_an_error_carrying_the_plugins_message() {
     assert!(!err.message.is_empty(), "{err}");
 }
 
+/// The client, when its plugin has 4 devices (saying why not when it has not).
+fn four_device_client() -> Option<Client> {
+    let client = client()?;
+    if client.device_count() < 4 {
+        eprintln!(
+            "skip: the plugin has {} device(s), not 4",
+            client.device_count()
+        );
+        return None;
+    }
+    Some(client)
+}
+
+/// Runs `exe` (compiled for 4 replicas or partitions) with device `i`'s arguments `inputs[i]`;
+/// each device's outputs.
+fn run_on_each(client: &Client, exe: &Executable, inputs: &[Vec<Buffer>]) -> Vec<Vec<Buffer>> {
+    let args: Vec<Vec<&Buffer>> = inputs.iter().map(|i| i.iter().collect()).collect();
+    let args: Vec<&[&Buffer]> = args.iter().map(Vec::as_slice).collect();
+    let out = client.execute_replicated(exe, &args).expect("execute");
+    assert_eq!(out.len(), inputs.len(), "one output list per device");
+    out
+}
+
 /// Each replica's `a`, summed over the four replicas by an all-reduce inside the program.
 const ALL_REDUCE: &str = r#"
 func.func @main(%a: tensor<3xf32>) -> (tensor<3xf32>) {
@@ -114,31 +139,20 @@ func.func @main(%a: tensor<3xf32>) -> (tensor<3xf32>) {
 
 #[test]
 fn a_program_compiled_for_four_replicas_all_reduces_across_the_devices() {
-    let Some(client) = client() else { return };
-    if client.device_count() < 4 {
-        eprintln!(
-            "skip: the plugin has {} device(s), not 4",
-            client.device_count()
-        );
+    let Some(client) = four_device_client() else {
         return;
-    }
+    };
     let exe = client
         .compile_replicated(ALL_REDUCE, 4)
         .expect("compile for 4 replicas");
-    let inputs: Vec<Buffer> = (0..4)
+    let inputs: Vec<Vec<Buffer>> = (0..4)
         .map(|replica| {
             let r = replica as f32;
             let values = f32_bytes(&[r, 1.0, 10.0 * r]);
-            client
-                .upload(&values, ElementType::F32, &[3], replica)
-                .unwrap()
+            vec![(client.upload(&values, ElementType::F32, &[3], replica)).unwrap()]
         })
         .collect();
-    let args: Vec<[&Buffer; 1]> = inputs.iter().map(|b| [b]).collect();
-    let args: Vec<&[&Buffer]> = args.iter().map(|a| &a[..]).collect();
-    let out = client.execute_replicated(&exe, &args).expect("execute");
-    assert_eq!(out.len(), 4, "one output list per replica");
-    for replica in &out {
+    for replica in &run_on_each(&client, &exe, &inputs) {
         let mut sum = vec![0u8; 12];
         replica[0].download(&mut sum).unwrap();
         assert_eq!(sum, f32_bytes(&[6.0, 4.0, 60.0]));
@@ -166,14 +180,9 @@ module @partitioned attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas
 
 #[test]
 fn a_program_partitioned_over_four_devices_gives_the_whole_result_on_each() {
-    let Some(client) = client() else { return };
-    if client.device_count() < 4 {
-        eprintln!(
-            "skip: the plugin has {} device(s), not 4",
-            client.device_count()
-        );
+    let Some(client) = four_device_client() else {
         return;
-    }
+    };
     let exe = client
         .compile_partitioned(PARTITIONED, 4)
         .expect("compile for 4 partitions");
@@ -192,21 +201,17 @@ fn a_program_partitioned_over_four_devices_gives_the_whole_result_on_each() {
             y * y
         })
         .sum();
-    let inputs: Vec<[Buffer; 2]> = (0..4)
+    let inputs: Vec<Vec<Buffer>> = (0..4)
         .map(|device| {
             let upload = |v: &[f32], dims: &[i64]| {
                 client
                     .upload(&f32_bytes(v), ElementType::F32, dims, device)
                     .unwrap()
             };
-            [upload(&x, &[8, 2]), upload(&w, &[2, 3])]
+            vec![upload(&x, &[8, 2]), upload(&w, &[2, 3])]
         })
         .collect();
-    let args: Vec<[&Buffer; 2]> = inputs.iter().map(|[x, w]| [x, w]).collect();
-    let args: Vec<&[&Buffer]> = args.iter().map(|a| &a[..]).collect();
-    let out = client.execute_replicated(&exe, &args).expect("execute");
-    assert_eq!(out.len(), 4, "one output list per device");
-    for device in &out {
+    for device in &run_on_each(&client, &exe, &inputs) {
         let mut sum = [0u8; 4];
         device[0].download(&mut sum).unwrap();
         let got = f32::from_le_bytes(sum);

@@ -13,6 +13,8 @@
 
 #[path = "common/rounds.rs"]
 mod rounds;
+#[path = "common/summary.rs"]
+mod summary;
 use rounds::{median, rounds};
 use std::process::Command;
 
@@ -50,13 +52,7 @@ fn measure(ranks: usize, threads: usize) -> anyhow::Result<f64> {
         "{ranks} rank(s) failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // "trained N steps in S s (...)"
-    let seconds: f64 = stdout
-        .split(" steps in ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no timing in {stdout:?}"))?;
+    let seconds = summary::fit_seconds(&stdout)?;
     Ok((ranks * BATCH * STEPS_PER_EPOCH * EPOCHS) as f64 / seconds)
 }
 
