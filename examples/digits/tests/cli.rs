@@ -704,3 +704,53 @@ fn fit_with_the_xla_strategy_on_four_devices_reaches_95_percent() {
     );
     assert!(val_acc(&line) >= 0.95, "{line}");
 }
+
+/// `test` of a checkpoint under the `xla` strategy on the plugin's 4 devices reports what one
+/// device reports: the same items, their loss and accuracy reduced inside the program.
+#[cfg(feature = "tpu-xla")]
+#[test]
+fn testing_on_four_devices_as_one_reports_what_one_device_reports() {
+    use ember::Accelerator;
+    if !ember::xla::XlaAccelerator::is_available() {
+        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+            .args(args)
+            .args([
+                "--trainer.accelerator=xla",
+                "--trainer.enable_progress_bar=false",
+            ])
+            .current_dir(dir.path())
+            .env_remove("EMBER_INVENTORY")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let fit = run(&["fit", "--trainer.max_epochs=2"]);
+    let checkpoint = fit.rsplit("; checkpoint ").next().unwrap().trim();
+    let checkpoint = format!("--trainer.ckpt_path={checkpoint}");
+    let metrics = |stdout: &str| -> Vec<(String, f64)> {
+        (stdout.lines())
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(name, _)| name.starts_with("test_"))
+            .map(|(name, value)| (name.to_owned(), value.trim().parse().unwrap()))
+            .collect()
+    };
+    let one = metrics(&run(&["test", &checkpoint]));
+    let four = metrics(&run(&[
+        "test",
+        &checkpoint,
+        "--trainer.strategy=xla",
+        "--trainer.devices=4",
+    ]));
+    assert_eq!(one.len(), 2, "test_acc and test_loss: {one:?}");
+    for ((name, a), (other, b)) in one.iter().zip(&four) {
+        assert_eq!(name, other);
+        // Printed to 4 decimals; the sums are reassociated over the devices.
+        assert!((a - b).abs() <= 2e-4, "{name}: one device {a}, four {b}");
+    }
+}
