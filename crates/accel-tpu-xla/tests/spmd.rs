@@ -6,7 +6,7 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
-use ember_accel_tpu_xla::backend::runtime;
+use ember_accel_tpu_xla::backend::{on_each_device, runtime};
 use ember_accel_tpu_xla::{Xla, XlaDevice, pjrt::plugin};
 use ember_core::trainer::data::making_batch;
 
@@ -128,6 +128,15 @@ fn a_batch_tensor_reads_back_whole_and_combines_with_tensors_whole_on_each_devic
     let data = TensorData::new(values(12, 4), [4, 3]);
     let batch = making_batch(4, || Tensor::<Xla, 2>::from_data(data.clone(), &device));
     assert_eq!(batch.clone().into_data(), data);
+    // Each device was given only its row of the batch.
+    let rows: Vec<Vec<f32>> = (on_each_device(batch.clone()).unwrap().iter())
+        .map(|d| d.to_vec().unwrap())
+        .collect();
+    let whole = data.to_vec::<f32>().unwrap();
+    assert_eq!(
+        rows,
+        whole.chunks(3).map(<[f32]>::to_vec).collect::<Vec<_>>()
+    );
     let weights = Tensor::<Xla, 2>::from_data(data.clone(), &device);
     let product = batch.matmul(weights.transpose());
     let expected = Tensor::<Xla, 2>::from_data(data.clone(), &XlaDevice::new(0));
@@ -139,7 +148,6 @@ fn a_batch_tensor_reads_back_whole_and_combines_with_tensors_whole_on_each_devic
 fn adam_steps_on_four_devices_leave_every_devices_weights_bitwise_equal() {
     use burn::nn::{Linear, LinearConfig};
     use burn::optim::{AdamConfig, GradientsParams, Optimizer};
-    use ember_accel_tpu_xla::backend::on_each_device;
 
     if !four_devices() {
         return;

@@ -15,6 +15,7 @@ use burn_std::future::DynFut;
 
 use super::data::{self, dims, element_type};
 use super::device::XlaDevice;
+use super::rows;
 use super::runtime::{Runtime, runtime};
 use super::segment::{self, Failure};
 use super::signature::Signature;
@@ -82,13 +83,19 @@ impl XlaClient {
 
     /// Copies `data` to every device this client's device spans.
     fn upload(&self, data: &TensorData) -> Result<Vec<Buffer>, ExecutionError> {
-        let ty = element_type(data.dtype).map_err(fail)?;
         let client = self.runtime()?.client();
         (self.device.indices())
-            .map(|index| {
-                (client.upload(data.as_bytes(), ty, &dims(&data.shape), index))
-                    .map_err(|e| fail(e.to_string()))
-            })
+            .map(|index| upload_to(client, data, index))
+            .collect()
+    }
+
+    /// Copies each device its rows of `data` (see [`rows`]).
+    fn upload_rows(&self, data: &TensorData) -> Result<Vec<Buffer>, ExecutionError> {
+        let client = self.runtime()?.client();
+        let shards = rows::split(data, self.device.span);
+        (self.device.indices())
+            .zip(&shards)
+            .map(|(index, shard)| upload_to(client, shard, index))
             .collect()
     }
 
@@ -283,24 +290,49 @@ impl XlaClient {
     }
 }
 
-/// A live tensor's values, copied to the host from the `device`-th device the client's device
-/// spans (every one holds the same whole tensor; reads take the first's).
-fn download(state: &State, tensor: &TensorIr, device: usize) -> Result<TensorData, ExecutionError> {
-    let buffer = state
-        .tensors
-        .get(&tensor.id)
-        .and_then(|buffers| buffers.get(device))
+/// `data` copied to device `index` of `client`.
+fn upload_to(
+    client: &crate::pjrt::Client,
+    data: &TensorData,
+    index: usize,
+) -> Result<Buffer, ExecutionError> {
+    let ty = element_type(data.dtype).map_err(fail)?;
+    (client.upload(data.as_bytes(), ty, &dims(&data.shape), index)).map_err(|e| fail(e.to_string()))
+}
+
+/// A live tensor's values, copied to the host: the whole tensor the devices hold (every device
+/// holds all of it but a batch's, whose rows are joined from each device's share).
+fn download(state: &State, tensor: &TensorIr) -> Result<TensorData, ExecutionError> {
+    if !state.split.contains(&tensor.id) {
+        return download_from(state, tensor, 0);
+    }
+    let buffers = (state.tensors.get(&tensor.id))
         .ok_or_else(|| fail(format!("xla: tensor {} holds no data", tensor.id)))?;
+    let shards = (0..buffers.len())
+        .map(|device| Ok(download_from(state, tensor, device)?.as_bytes().to_vec()))
+        .collect::<Result<Vec<_>, ExecutionError>>()?;
+    Ok(rows::join(shards, &tensor.shape, tensor.dtype))
+}
+
+/// What the `device`-th device the client's device spans holds of a live tensor: all of it, or
+/// its rows of a batch's.
+fn download_from(
+    state: &State,
+    tensor: &TensorIr,
+    device: usize,
+) -> Result<TensorData, ExecutionError> {
+    let buffers = (state.tensors.get(&tensor.id))
+        .ok_or_else(|| fail(format!("xla: tensor {} holds no data", tensor.id)))?;
+    let buffer = (buffers.get(device))
+        .ok_or_else(|| fail(format!("xla: tensor {} has no device {device}", tensor.id)))?;
+    let mut shape = tensor.shape.clone();
+    if state.split.contains(&tensor.id) {
+        shape[0] = rows::per_device(shape[0], buffers.len());
+    }
     let ty = element_type(tensor.dtype).map_err(fail)?;
-    let mut bytes = vec![0u8; tensor.shape.num_elements() * ty.size()];
-    buffer
-        .download(&mut bytes)
-        .map_err(|e| fail(e.to_string()))?;
-    Ok(TensorData::from_bytes_vec(
-        bytes,
-        tensor.shape.clone(),
-        tensor.dtype,
-    ))
+    let mut bytes = vec![0u8; shape.num_elements() * ty.size()];
+    (buffer.download(&mut bytes)).map_err(|e| fail(e.to_string()))?;
+    Ok(TensorData::from_bytes_vec(bytes, shape, tensor.dtype))
 }
 
 /// One dtype's scalars as a 1-D tensor.
@@ -315,8 +347,8 @@ fn scalar_data(values: &[burn_ir::ScalarIr], dtype: DType) -> TensorData {
 }
 
 impl XlaClient {
-    /// Each device's copy of `tensor` (one per device the client's device spans), after running
-    /// what is recorded: for checks that the devices agree.
+    /// What each device the client's device spans holds of `tensor` (all of it, or its rows of
+    /// a batch's), after running what is recorded: for checks that the devices agree.
     pub fn read_each_device(&self, tensor: &TensorIr) -> Result<Vec<TensorData>, ExecutionError> {
         let mut state = self.state.lock().expect("xla state lock");
         self.flush(&mut state)?;
@@ -324,7 +356,7 @@ impl XlaClient {
             return Err(fail(cause.to_string()));
         }
         let copies = (0..self.device.span)
-            .map(|device| download(&state, tensor, device))
+            .map(|device| download_from(&state, tensor, device))
             .collect();
         if tensor.status == TensorStatus::ReadWrite {
             state.free(&tensor.id);
@@ -355,7 +387,7 @@ impl RunnerClient for XlaClient {
         let _ = self.flush(&mut state);
         let result = match state.failed.get(&tensor.id) {
             Some(cause) => Err(fail(cause.to_string())),
-            None => download(&state, &tensor, 0),
+            None => download(&state, &tensor),
         };
         if tensor.status == TensorStatus::ReadWrite {
             state.free(&tensor.id);
@@ -380,12 +412,19 @@ impl RunnerClient for XlaClient {
             }
             _ => data,
         };
-        let buffers = self.upload(&data).unwrap_or_else(|e| panic!("{e}"));
+        // A batch's tensor, made while a loader's batcher runs: split by rows over the devices,
+        // each device given only its rows.
+        let rows = data.shape.first().copied();
+        let split =
+            self.device.span > 1 && rows.is_some() && ember_core::trainer::data::batching() == rows;
+        let buffers = match split {
+            true => self.upload_rows(&data),
+            false => self.upload(&data),
+        };
+        let buffers = buffers.unwrap_or_else(|e| panic!("{e}"));
         let mut state = self.state.lock().expect("xla state lock");
         state.tensors.insert(id, buffers);
-        // A batch's tensor, made while a loader's batcher runs: split by rows over the devices.
-        let rows = data.shape.first().copied();
-        if self.device.span > 1 && rows.is_some() && ember_core::trainer::data::batching() == rows {
+        if split {
             state.split.insert(id);
         }
         drop(state);

@@ -5,6 +5,7 @@ mod channel;
 mod client;
 mod data;
 mod device;
+mod rows;
 pub mod runtime;
 mod segment;
 mod signature;
@@ -18,8 +19,8 @@ pub use runtime::{CacheStats, stats};
 /// burn's backend on xla devices.
 pub type Xla = burn_router::BackendRouter<XlaChannel>;
 
-/// Each device's copy of `tensor`: one per device its xla device spans (see
-/// [`XlaDevice::spanning`]), which hold the same values unless something is wrong.
+/// What each device of `tensor`'s xla device holds of it (see [`XlaDevice::spanning`]): the
+/// whole tensor, the same on every device unless something is wrong, or its rows of a batch's.
 pub fn on_each_device<const D: usize>(
     tensor: burn::tensor::Tensor<Xla, D>,
 ) -> Result<Vec<burn_backend::TensorData>, burn_backend::ExecutionError> {

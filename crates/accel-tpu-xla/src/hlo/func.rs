@@ -55,8 +55,9 @@ pub struct Lifted {
 }
 
 /// How a program spreads over several devices as one SPMD program: the tensors of `split`
-/// are divided by rows (their first dimension) among the devices, every other tensor is whole
-/// on each, and XLA's partitioner splits the work and adds the collectives.
+/// are divided by rows (their first dimension) among the devices, each device passing its rows
+/// (`ceil(rows / devices)`, the last padded), every other tensor is whole on each, and XLA's
+/// partitioner splits the work and adds the collectives.
 #[derive(Debug, Clone, Default)]
 pub struct Spmd {
     /// The devices (partitions).
@@ -141,21 +142,6 @@ impl Function {
             dtype: t.dtype,
         };
         self.params.push((t.id, v.clone()));
-        let rows = match &self.spmd {
-            Some(spmd) if spmd.split.contains(&t.id) && v.rank() > 0 => Some(spmd.rows(v.rank())),
-            _ => None,
-        };
-        let v = match rows {
-            // The whole tensor is on every device; the annotation tells the partitioner that
-            // each device works on its rows from here on.
-            Some(sharding) => {
-                let attrs =
-                    format!("call_target_name = \"Sharding\", mhlo.sharding = \"{sharding}\"");
-                let shape = v.shape.clone();
-                self.op("stablehlo.custom_call", &[&v], &attrs, &shape, v.dtype)
-            }
-            None => v,
-        };
         self.values.insert(t.id, v.clone());
         v
     }
@@ -385,14 +371,23 @@ impl Function {
             let ty = p.ty();
             let _ = write!(head, "{}: {ty}", p.name);
             let mut attrs = Vec::new();
+            // A tensor split by rows has a device's rows on each device: it lends its buffer
+            // to no output, which every device holds whole.
+            let rows = match &self.spmd {
+                Some(spmd) if spmd.split.contains(id) && p.rank() > 0 => Some(spmd.rows(p.rank())),
+                _ => None,
+            };
             if donors.contains(id)
+                && rows.is_none()
                 && let Some(out) = (0..types.len()).find(|&j| !aliased[j] && types[j] == ty)
             {
                 aliased[out] = true;
                 attrs.push(format!("tf.aliasing_output = {out} : i32"));
             }
-            if spmd {
-                attrs.push(REPLICATED.into());
+            match rows {
+                Some(sharding) => attrs.push(format!("mhlo.sharding = \"{sharding}\"")),
+                None if spmd => attrs.push(REPLICATED.into()),
+                None => {}
             }
             if !attrs.is_empty() {
                 let _ = write!(head, " {{{}}}", attrs.join(", "));
