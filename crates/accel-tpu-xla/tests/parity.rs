@@ -7,6 +7,8 @@ use burn_autodiff::Autodiff;
 use burn_flex::Flex;
 use ember_accel_tpu_xla::{Xla, XlaDevice, pjrt::plugin};
 
+mod common;
+
 fn available() -> bool {
     match plugin::find() {
         Ok(_) => true,
@@ -24,16 +26,7 @@ fn input<B: Backend, const D: usize>(
     device: &B::Device,
 ) -> Tensor<B, D> {
     let n: usize = shape.iter().product();
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let values: Vec<f32> = (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect();
-    Tensor::from_data(TensorData::new(values, shape), device)
+    Tensor::from_data(TensorData::new(common::values(n, seed), shape), device)
 }
 
 /// Compares each result within a tolerance scaled to the tensor's magnitude: XLA fuses and

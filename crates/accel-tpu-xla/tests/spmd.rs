@@ -10,6 +10,9 @@ use ember_accel_tpu_xla::backend::{on_each_device, runtime};
 use ember_accel_tpu_xla::{Xla, XlaDevice, pjrt::plugin};
 use ember_core::trainer::data::making_batch;
 
+mod common;
+use common::values;
+
 /// Whether the plugin has 4 devices (saying why not when it has not).
 fn four_devices() -> bool {
     match plugin::find() {
@@ -21,19 +24,6 @@ fn four_devices() -> bool {
         },
     }
     false
-}
-
-/// Values spread over [-2, 2), the same for every `seed`.
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
 }
 
 /// A two-layer classifier's loss on a batch of `rows` rows, and its gradients, on `device`:

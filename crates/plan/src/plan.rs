@@ -109,6 +109,16 @@ impl Plan {
         self.devices.len() > 1 && self.world_size == self.num_nodes
     }
 
+    /// How many devices this process drives: all of its node's when it
+    /// [drives every device](Self::drives_every_device), else one.
+    pub fn devices_per_process(&self) -> usize {
+        if self.drives_every_device() {
+            self.devices.len()
+        } else {
+            1
+        }
+    }
+
     /// The device id this process drives (the first, when it drives them all).
     pub fn local_device(&self) -> usize {
         self.devices[self.local_rank.min(self.devices.len() - 1)]

@@ -58,7 +58,7 @@ pub struct Lifted {
 /// are divided by rows (their first dimension) among the devices, each device passing its rows
 /// (`ceil(rows / devices)`, the last padded), every other tensor is whole on each, and XLA's
 /// partitioner splits the work and adds the collectives.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Spmd {
     /// The devices (partitions).
     pub devices: usize,

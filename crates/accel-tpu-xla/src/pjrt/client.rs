@@ -79,9 +79,9 @@ impl Client {
         Self::with_options(api, &[])
     }
 
-    /// Creates a client of `api`'s plugin with the named creation options the plugin takes
-    /// (the CPU plugin: `cpu_device_count`, `asynchronous`, `max_inflight_computations`); a
-    /// plugin refuses a name it does not know.
+    /// Creates a client of `api`'s plugin with named creation options (XLA's CPU plugin:
+    /// `cpu_device_count`). What a plugin does with a name it does not know is its own: newer
+    /// builds refuse it, the pinned CPU plugin ignores it.
     pub fn with_options(api: &'static Api, options: &[(&str, OptionValue)]) -> Result<Client> {
         let named: Vec<sys::PJRT_NamedValue> = options
             .iter()

@@ -80,10 +80,11 @@ pub trait Strategy {
     }
 
     /// How many devices this process drives, each taking a loader's `batch_size` items per
-    /// step (Lightning's per-device batch size): 1, except under a strategy that drives all of
-    /// a node's devices from one process (`xla`), whose batches hold `batch_size` × devices.
+    /// step (Lightning's per-device batch size): as the plan says — 1, except under a strategy
+    /// that drives all of a node's devices from one process (`xla`), whose batches hold
+    /// `batch_size` × devices.
     fn devices_per_process(&self) -> usize {
-        1
+        self.parts().plan.devices_per_process()
     }
 
     /// The seed every process uses, given this one's (rank 0's wins).

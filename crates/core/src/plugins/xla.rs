@@ -30,8 +30,4 @@ impl Strategy for XlaStrategy {
     fn parts_mut(&mut self) -> &mut StrategyParts {
         &mut self.parts
     }
-
-    fn devices_per_process(&self) -> usize {
-        self.parts.plan.devices.len()
-    }
 }
