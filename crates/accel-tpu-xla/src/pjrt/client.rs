@@ -81,7 +81,7 @@ impl Client {
 
     /// Creates a client of `api`'s plugin with named creation options (XLA's CPU plugin:
     /// `cpu_device_count`). What a plugin does with a name it does not know is its own: newer
-    /// builds refuse it, the pinned CPU plugin ignores it.
+    /// builds refuse it, `xla-cpu-pjrt` 0.0.1 ignores it.
     pub fn with_options(api: &'static Api, options: &[(&str, OptionValue)]) -> Result<Client> {
         let named: Vec<sys::PJRT_NamedValue> = options
             .iter()
