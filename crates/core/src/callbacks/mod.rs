@@ -13,6 +13,7 @@ mod finetuning;
 mod lr_monitor;
 mod model_checkpoint;
 mod progress;
+mod progress_bar_metrics;
 mod swa;
 mod weight_averaging;
 
@@ -32,6 +33,7 @@ pub use finetuning::{BackboneFinetuning, BackboneFinetuningConfig, Freeze};
 pub use lr_monitor::LearningRateMonitor;
 pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointConfig};
 pub use progress::ProgressBar;
+pub use progress_bar_metrics::{LazyValue, ProgressBarMetrics};
 pub use swa::{AnnealingStrategy, StochasticWeightAveraging, SwaConfig, SwaEpochStart};
 pub use weight_averaging::AveragedWeights;
 
@@ -94,8 +96,9 @@ pub struct TrainerState {
     pub should_stop: bool,
     /// The latest value of every logged metric (step and epoch values).
     pub callback_metrics: BTreeMap<String, f64>,
-    /// Values marked `prog_bar`.
-    pub progress_bar_metrics: BTreeMap<String, f64>,
+    /// Values marked `prog_bar`, read from the device when looked at (see
+    /// [`ProgressBarMetrics`]).
+    pub progress_bar_metrics: ProgressBarMetrics,
     /// The learning rate of the latest optimizer step.
     pub learning_rate: f64,
     /// Root of logs and checkpoints.

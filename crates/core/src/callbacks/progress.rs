@@ -102,7 +102,7 @@ impl Callback for ProgressBar {
             let done = ctx.state.batch_idx as u64 + 1;
             if done.is_multiple_of(self.config.refresh_rate.max(1)) {
                 bar.set_position(done);
-                bar.set_message(metrics_text(&ctx.state.progress_bar_metrics));
+                bar.set_message(metrics_text(&ctx.state.progress_bar_metrics.values()));
             }
         }
         Ok(())
@@ -115,7 +115,7 @@ impl Callback for ProgressBar {
         // The epoch's line says what fit's summary line says (every epoch-level metric, train
         // and validation), and what is marked `prog_bar`.
         let mut shown = ctx.state.callback_metrics.clone();
-        shown.extend(ctx.state.progress_bar_metrics.clone());
+        shown.extend(ctx.state.progress_bar_metrics.values());
         let metrics = metrics_text(&shown);
         match self.bar.take() {
             Some(bar) => {

@@ -1,13 +1,14 @@
 //! Where the loops collect what steps logged: the Trainer decides when a value is read from
-//! the device (values logged `on_step` only on logging steps or for the progress bar, values
-//! logged `on_epoch` every step) and reduces epoch values as Lightning does: a mean weighted by
-//! the batch size, unless another reduction is asked for.
+//! the device (values logged `on_step` only on logging steps or when the progress bar shows
+//! them, values logged `on_epoch` every step) and reduces epoch values as Lightning does: a
+//! mean weighted by the batch size, unless another reduction is asked for.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use burn::tensor::backend::Backend;
 
 use super::log::{Entry, Reduce, StepLog};
+use crate::callbacks::LazyValue;
 use crate::collective::Collective;
 
 #[derive(Debug, Clone, Copy)]
@@ -75,8 +76,9 @@ pub struct MetricCollector {
     pub step: BTreeMap<String, f64>,
     /// The step values logged with `sync_dist`.
     step_sync: BTreeSet<String>,
-    /// Values shown in the progress bar, by final name.
-    pub prog_bar: BTreeMap<String, f64>,
+    /// Values shown in the progress bar, by final name, read when the bar (or a callback)
+    /// looks at them.
+    pub prog_bar: BTreeMap<String, LazyValue>,
     /// Step values logged since each name's latest logging step, read only when
     /// [`take_pending`](Self::take_pending) asks (not every step: each read waits for the device).
     pending: BTreeMap<String, Pending>,
@@ -85,7 +87,7 @@ pub struct MetricCollector {
 /// A step value not logged yet (read already, or how to read it), and whether it is synced
 /// over the ranks.
 struct Pending {
-    value: Result<f64, Box<dyn FnOnce() -> f64>>,
+    value: LazyValue,
     sync: bool,
 }
 
@@ -121,8 +123,11 @@ impl MetricCollector {
                 epoch_name.push_str(&suffix);
             }
             let sync = options.sync_dist;
-            if on_step && !read_step && !options.prog_bar && !on_epoch {
-                let value = Err(Box::new(move || value.read()) as Box<dyn FnOnce() -> f64>);
+            if on_step && !read_step && !on_epoch {
+                let value = LazyValue::unread(move || value.read());
+                if options.prog_bar {
+                    self.prog_bar.insert(step_name.clone(), value.clone());
+                }
                 self.pending.insert(step_name, Pending { value, sync });
                 continue;
             }
@@ -137,11 +142,12 @@ impl MetricCollector {
                 self.pending.remove(&step_name);
                 self.step.insert(step_name.clone(), x);
             } else if on_step {
-                let pending = Pending { value: Ok(x), sync };
-                self.pending.insert(step_name.clone(), pending);
+                let value = LazyValue::ready(x);
+                self.pending
+                    .insert(step_name.clone(), Pending { value, sync });
             }
             if on_step && options.prog_bar {
-                self.prog_bar.insert(step_name, x);
+                self.prog_bar.insert(step_name, LazyValue::ready(x));
             }
             if on_epoch {
                 self.epoch
@@ -162,7 +168,7 @@ impl MetricCollector {
             if sync {
                 self.step_sync.insert(name.clone());
             }
-            self.step.insert(name, value.unwrap_or_else(|read| read()));
+            self.step.insert(name, value.get());
         }
         self.take_step(collective)
     }
@@ -320,6 +326,29 @@ mod tests {
         assert_eq!(epoch["val_max"], 5.0);
         assert_eq!(epoch["own"], 7.0);
         assert!(collector.take_epoch(None).unwrap().is_empty());
+    }
+
+    /// A training step's `prog_bar` value, on a step that writes no logs, is read only when
+    /// something looks at it (Lightning reads its bar's values when the bar redraws); one
+    /// logged on a logging step is read there.
+    #[test]
+    fn a_prog_bar_value_stays_on_the_device_until_looked_at() {
+        type B = burn_flex::Flex;
+        let loss = |x: f32| burn::tensor::Tensor::<B, 1>::from_floats([x], &Default::default());
+        let options = crate::trainer::log::LogOptions::default().prog_bar();
+        let mut collector = MetricCollector::default();
+        let mut log = StepLog::<B>::new(crate::stage::Stage::Fit);
+        log.log_with("train_loss", loss(0.25), options);
+        collector.collect(&mut log, false);
+        let shown = collector.prog_bar["train_loss"].clone();
+        assert_eq!(format!("{shown:?}"), "<unread>");
+        assert_eq!(shown.get(), 0.25);
+        assert_eq!(collector.take_pending(None).unwrap()["train_loss"], 0.25);
+
+        log.log_with("train_loss", loss(0.5), options);
+        collector.collect(&mut log, true);
+        assert_eq!(format!("{:?}", collector.prog_bar["train_loss"]), "0.5");
+        assert_eq!(collector.take_step(None).unwrap()["train_loss"], 0.5);
     }
 
     #[test]

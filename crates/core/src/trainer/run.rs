@@ -307,7 +307,7 @@ impl Run {
         }
         self.state.callback_metrics.extend(metrics.clone());
         if to_prog_bar {
-            self.state.progress_bar_metrics.extend(metrics.clone());
+            self.state.progress_bar_metrics.extend(metrics);
         }
         let mut logged = metrics.clone();
         logged.insert("epoch".into(), self.state.epoch as f64);
