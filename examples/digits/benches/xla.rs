@@ -7,8 +7,10 @@
 //! goes first and time whole fits (no validation, files or progress bar; the device is synced
 //! before the clock stops). Over the timed xla fits the backend's counters give the cache
 //! hits and where a step's time goes: recording ops, preparing each program on the host
-//! (lowering, cache lookup, scalars and arguments), running it in the plugin, and the rest
-//! (burn's autodiff and router, the Trainer, the batches). Host overhead is recording plus
+//! (lowering, cache lookup, scalars and arguments), starting it in the plugin, waiting for the
+//! device (reads, and a third program held back while two run), and the rest (burn's autodiff
+//! and router, the Trainer, the batches). The device runs a program while the host records
+//! the next, so its run shows only as the waiting. Host overhead is recording plus
 //! preparing, as a share of the step. Each round also trains the same MLP in jax
 //! (`benches/jax_mlp.py`: one jitted step with optax's Adam, same sizes, batch and epochs, on
 //! jax's CPU client, in a process of its own that first fits once to compile, then times a
@@ -254,13 +256,14 @@ fn print_breakdown(counted: &CacheStats, seconds: f64, steps: u64) {
     let record = per_step(counted.record_seconds);
     let prepare = per_step(counted.prepare_seconds);
     let execute = per_step(counted.execute_seconds);
-    let rest = step - record - prepare - execute - per_step(counted.compile_seconds);
+    let wait = per_step(counted.wait_seconds);
+    let rest = step - record - prepare - execute - wait - per_step(counted.compile_seconds);
     println!(
         "  xla timed fits: {} programs run, {} cache hits, {} compiles",
         counted.executions, counted.hits, counted.compiles
     );
     println!(
-        "  xla step {step:.3} ms = recording {record:.3} + preparing {prepare:.3} + running {execute:.3} + the rest {rest:.3} (autodiff, router, Trainer, batches)"
+        "  xla step {step:.3} ms = recording {record:.3} + preparing {prepare:.3} + starting {execute:.3} + waiting for the device {wait:.3} + the rest {rest:.3} (autodiff, router, Trainer, batches)"
     );
     println!(
         "  xla host overhead (recording + preparing): {:.1}% of the step",

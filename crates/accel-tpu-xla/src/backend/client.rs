@@ -1,7 +1,8 @@
-//! The lazy runner client: records ops, and at a read (or a cap) compiles the recorded segment
-//! once per shape of program, runs it, and keeps what is still referenced on the device.
+//! The lazy runner client: records ops, and at a read, when the next batch is made, at
+//! [`XlaClient::mark_step`] or at a cap compiles the recorded segment once per shape of
+//! program, starts it without waiting for it, and keeps what is still referenced on the device.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,14 +22,19 @@ use super::segment::{self, Failure};
 use super::signature::Signature;
 use super::template::{Bound, Template};
 use crate::hlo::{Function, Spmd};
-use crate::pjrt::{Buffer, Executable};
+use crate::pjrt::{Buffer, Executable, Running};
 
 /// Ops recorded before a segment is cut even without a read, bounding host memory and
 /// program size.
 const MAX_OPS: usize = 20_000;
 
-/// What one device's client holds: the ops since the last cut, the live device tensors, and
-/// the tensors that could not be made, with why.
+/// Programs started and not waited for, at most: the host records the next segment while the
+/// device runs this one, and waits before it starts a third (a host that runs ahead cannot pile
+/// up batches on the device).
+const MAX_IN_FLIGHT: usize = 2;
+
+/// What one device's client holds: the ops since the last cut, the live device tensors, the
+/// tensors that could not be made, with why, and the programs still running.
 #[derive(Default)]
 struct State {
     ops: Vec<OperationIr>,
@@ -38,6 +44,7 @@ struct State {
     /// The batch tensors of a device spanning several: programs split them by rows.
     split: HashSet<TensorId>,
     failed: HashMap<TensorId, Failure>,
+    in_flight: VecDeque<Running>,
 }
 
 impl State {
@@ -190,8 +197,9 @@ impl XlaClient {
         (bound, built.failed, Ok(Some((exe, compiling))))
     }
 
-    /// Runs a segment's program (on each device this client's device spans), keeping its
-    /// outputs.
+    /// Starts a segment's program (on each device this client's device spans), keeping its
+    /// outputs; waits for the oldest program still running when more than [`MAX_IN_FLIGHT`]
+    /// would be.
     fn run(
         &self,
         state: &mut State,
@@ -219,22 +227,25 @@ impl XlaClient {
         let args: Vec<Vec<&Buffer>> = (0..self.device.span)
             .map(|d| inputs.iter().map(|buffers| &buffers[d]).collect())
             .collect();
-        let running = Instant::now();
-        let outs = match self.device.span {
-            1 => vec![rt.client().execute(exe, &args[0], self.device.index)],
+        let launching = Instant::now();
+        let started = match self.device.span {
+            1 => (rt.client().start(exe, &args[0], self.device.index))
+                .map(|(outs, running)| (vec![outs], running)),
             _ => {
                 let args: Vec<&[&Buffer]> = args.iter().map(Vec::as_slice).collect();
-                match rt.client().execute_replicated(exe, &args) {
-                    Ok(outs) => outs.into_iter().map(Ok).collect(),
-                    Err(e) => vec![Err(e)],
-                }
+                rt.client().start_replicated(exe, &args)
             }
         };
-        let outs = outs
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| fail(e.to_string()))?;
-        rt.record_cut(running - start - compiling, running.elapsed());
+        let (outs, running) = started.map_err(|e| fail(e.to_string()))?;
+        rt.record_cut(launching - start - compiling, launching.elapsed());
+        state.in_flight.push_back(running);
+        if state.in_flight.len() > MAX_IN_FLIGHT {
+            let oldest = state.in_flight.pop_front().expect("more than the cap");
+            let waiting = Instant::now();
+            let waited = oldest.wait();
+            rt.record_wait(waiting.elapsed());
+            waited.map_err(|e| fail(e.to_string()))?;
+        }
         let mut per_output: Vec<Vec<Buffer>> = bound.outputs.iter().map(|_| Vec::new()).collect();
         for device_outs in outs {
             for (buffers, buffer) in per_output.iter_mut().zip(device_outs) {
@@ -347,6 +358,13 @@ fn scalar_data(values: &[burn_ir::ScalarIr], dtype: DType) -> TensorData {
 }
 
 impl XlaClient {
+    /// Starts what is recorded without waiting for it (see [`mark_step`](super::mark_step)). A
+    /// failure is kept with the tensors it concerns and reported where one is read.
+    pub fn mark_step(&self) {
+        let mut state = self.state.lock().expect("xla state lock");
+        let _ = self.flush(&mut state);
+    }
+
     /// What each device the client's device spans holds of `tensor` (all of it, or its rows of
     /// a batch's), after running what is recorded: for checks that the devices agree.
     pub fn read_each_device(&self, tensor: &TensorIr) -> Result<Vec<TensorData>, ExecutionError> {
@@ -385,10 +403,14 @@ impl RunnerClient for XlaClient {
         let mut state = self.state.lock().expect("xla state lock");
         // A failure is kept with the tensors it concerns: this one's is reported below.
         let _ = self.flush(&mut state);
+        let waiting = Instant::now();
         let result = match state.failed.get(&tensor.id) {
             Some(cause) => Err(fail(cause.to_string())),
             None => download(&state, &tensor),
         };
+        if let Ok(rt) = runtime() {
+            rt.record_wait(waiting.elapsed());
+        }
         if tensor.status == TensorStatus::ReadWrite {
             state.free(&tensor.id);
         }
@@ -397,7 +419,12 @@ impl RunnerClient for XlaClient {
 
     fn sync(&self) -> Result<(), ExecutionError> {
         let mut state = self.state.lock().expect("xla state lock");
-        self.flush(&mut state)
+        self.flush(&mut state)?;
+        let waiting = Instant::now();
+        let in_flight = std::mem::take(&mut state.in_flight);
+        let waited = in_flight.into_iter().try_for_each(Running::wait);
+        self.runtime()?.record_wait(waiting.elapsed());
+        waited.map_err(|e| fail(e.to_string()))
     }
 
     fn create_empty_handle(&self) -> TensorId {
@@ -414,15 +441,19 @@ impl RunnerClient for XlaClient {
         };
         // A batch's tensor, made while a loader's batcher runs: split by rows over the devices,
         // each device given only its rows.
+        let batch = ember_core::trainer::data::batching();
         let rows = data.shape.first().copied();
-        let split =
-            self.device.span > 1 && rows.is_some() && ember_core::trainer::data::batching() == rows;
+        let split = self.device.span > 1 && rows.is_some() && batch == rows;
         let buffers = match split {
             true => self.upload_rows(&data),
             false => self.upload(&data),
         };
         let buffers = buffers.unwrap_or_else(|e| panic!("{e}"));
         let mut state = self.state.lock().expect("xla state lock");
+        if batch.is_some() {
+            // The next batch: what the last one recorded is a whole step.
+            let _ = self.flush(&mut state);
+        }
         state.tensors.insert(id, buffers);
         if split {
             state.split.insert(id);

@@ -1,5 +1,6 @@
 //! The lazy xla backend: burn's ops recorded through `burn-router`, cut into segments where a
-//! value is read, each compiled once per program shape and run through PJRT.
+//! value is read or the next batch is made, each compiled once per program shape and started
+//! through PJRT without waiting for it.
 
 mod channel;
 mod client;
@@ -18,6 +19,15 @@ pub use runtime::{CacheStats, stats};
 
 /// burn's backend on xla devices.
 pub type Xla = burn_router::BackendRouter<XlaChannel>;
+
+/// Marks the end of a step on `device` (PyTorch/XLA's `mark_step`): what was recorded is cut
+/// and started without waiting, so the host records the next step while the device runs this
+/// one; a later read waits for it. The Trainer needs no call: a batch its loaders make starts
+/// what the previous one recorded. A hand-written loop that reads nothing each step calls it
+/// after the optimizer step (one that reads its loss is cut there already).
+pub fn mark_step(device: &XlaDevice) {
+    burn_router::get_client::<XlaChannel>(device).mark_step();
+}
 
 /// What each device of `tensor`'s xla device holds of it (see [`XlaDevice::spanning`]): the
 /// whole tensor, the same on every device unless something is wrong, or its rows of a batch's.

@@ -23,8 +23,12 @@ pub struct CacheStats {
     pub compile_seconds: f64,
     /// Segments executed.
     pub executions: usize,
-    /// Seconds spent running programs: the plugin's execute call and the wait for its result.
+    /// Seconds spent starting programs: the plugin's execute call, which returns before the
+    /// program has run.
     pub execute_seconds: f64,
+    /// Seconds the host waited for the device: reading a value back (the programs that make it
+    /// finish first, then the copy), a sync, or a program held back while two were running.
+    pub wait_seconds: f64,
     /// Seconds spent recording ops as burn hands them over.
     pub record_seconds: f64,
     /// Seconds spent at cuts on the host, outside the compiler and the run: lowering the
@@ -42,6 +46,7 @@ macro_rules! each_counter {
             compile_seconds: $a.compile_seconds $op $b.compile_seconds,
             executions: $a.executions $op $b.executions,
             execute_seconds: $a.execute_seconds $op $b.execute_seconds,
+            wait_seconds: $a.wait_seconds $op $b.wait_seconds,
             record_seconds: $a.record_seconds $op $b.record_seconds,
             prepare_seconds: $a.prepare_seconds $op $b.prepare_seconds,
         }
@@ -192,12 +197,17 @@ impl Runtime {
         );
     }
 
-    /// Counts a cut that ran a program: its host work outside the compiler, and its run.
+    /// Counts a cut that started a program: its host work outside the compiler, and the start.
     pub(crate) fn record_cut(&self, preparing: Duration, executing: Duration) {
         let mut stats = self.stats.lock().expect("stats lock");
         stats.executions += 1;
         stats.prepare_seconds += preparing.as_secs_f64();
         stats.execute_seconds += executing.as_secs_f64();
+    }
+
+    /// Counts time the host waited for the device.
+    pub(crate) fn record_wait(&self, took: Duration) {
+        self.stats.lock().expect("stats lock").wait_seconds += took.as_secs_f64();
     }
 
     /// Counts time spent recording ops.

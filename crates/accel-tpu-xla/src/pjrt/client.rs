@@ -268,8 +268,22 @@ impl Client {
         args: &[&Buffer],
         device: usize,
     ) -> Result<Vec<Buffer>> {
-        let mut outputs = self.launch(executable, &[args], self.device(device)?)?;
-        Ok(outputs.remove(0))
+        let (outputs, running) = self.start(executable, args, device)?;
+        running.wait()?;
+        Ok(outputs)
+    }
+
+    /// Starts `executable` on device `device` with `args` (which must live there), without
+    /// waiting for it: its outputs in order, usable at once (a program that reads one waits
+    /// for it on the device, a download waits on the host), and the run to wait on.
+    pub fn start(
+        &self,
+        executable: &Executable,
+        args: &[&Buffer],
+        device: usize,
+    ) -> Result<(Vec<Buffer>, Running)> {
+        let (mut outputs, running) = self.launch(executable, &[args], self.device(device)?)?;
+        Ok((outputs.remove(0), running))
     }
 
     /// Runs `executable`, compiled for `args.len()` replicas by
@@ -282,6 +296,18 @@ impl Client {
         executable: &Executable,
         args: &[&[&Buffer]],
     ) -> Result<Vec<Vec<Buffer>>> {
+        let (outputs, running) = self.start_replicated(executable, args)?;
+        running.wait()?;
+        Ok(outputs)
+    }
+
+    /// Starts `executable` on every replica as [`execute_replicated`](Self::execute_replicated)
+    /// runs it, without waiting: each replica's outputs, and the run to wait on.
+    pub fn start_replicated(
+        &self,
+        executable: &Executable,
+        args: &[&[&Buffer]],
+    ) -> Result<(Vec<Vec<Buffer>>, Running)> {
         self.launch(executable, args, ptr::null_mut())
     }
 
@@ -292,7 +318,7 @@ impl Client {
         executable: &Executable,
         args: &[&[&Buffer]],
         device: *mut sys::PJRT_Device,
-    ) -> Result<Vec<Vec<Buffer>>> {
+    ) -> Result<(Vec<Vec<Buffer>>, Running)> {
         let num_args = args.first().map_or(0, |a| a.len());
         assert!(
             args.iter().all(|a| a.len() == num_args),
@@ -334,11 +360,8 @@ impl Client {
                     .collect()
             })
             .collect();
-        let events: Vec<Event> = done.into_iter().map(|e| Event::new(self.api, e)).collect();
-        for event in events {
-            event.wait()?;
-        }
-        Ok(outputs)
+        let events = done.into_iter().map(|e| Event::new(self.api, e)).collect();
+        Ok((outputs, Running(events)))
     }
 }
 
@@ -516,11 +539,28 @@ impl Drop for Executable {
     }
 }
 
+/// A started execution, on each of its devices: waiting on it returns when all have finished,
+/// with the error of a run that failed. Dropping it does not wait (nor stop the run).
+pub struct Running(Vec<Event>);
+
+impl Running {
+    /// Blocks until the execution has finished on every device.
+    pub fn wait(self) -> Result<()> {
+        for event in self.0 {
+            event.wait()?;
+        }
+        Ok(())
+    }
+}
+
 /// A PJRT event owned until waited on.
 struct Event {
     api: &'static Api,
     raw: *mut sys::PJRT_Event,
 }
+
+// SAFETY: see `Client`; PJRT events may be awaited and destroyed from any thread.
+unsafe impl Send for Event {}
 
 impl Event {
     fn new(api: &'static Api, raw: *mut sys::PJRT_Event) -> Event {

@@ -7,4 +7,4 @@ pub mod plugin;
 mod sys;
 
 pub use api::{Api, PjrtError, Result};
-pub use client::{Buffer, Client, ElementType, Executable, OptionValue};
+pub use client::{Buffer, Client, ElementType, Executable, OptionValue, Running};
