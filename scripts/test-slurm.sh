@@ -6,8 +6,10 @@
 #
 # and stops the daemons again. With `--requeue SECONDS` first, it submits the same srun as a
 # batch job with a one-minute time limit that SLURM signals SECONDS before it ends
-# (`sbatch --time=1 --signal=USR1@SECONDS`), waits until the job has ended, however often it
-# was requeued, and prints the job's output, then `requeued N times` and its final state.
+# (`sbatch --time=1 --signal=USR1@SECONDS`), raises the limit to ten minutes once the job has
+# been requeued (so the run it resumes is signalled once, and is not started over and over:
+# each start is a chance for srun's step launch to fail under load), waits until the job has
+# ended, and prints the job's output, then `requeued N times` and its final state.
 # Needs root and Debian's slurm-wlm (scripts/setup.sh installs it). Exits 77 (skip) when the
 # cluster cannot start; otherwise with srun's status (with --requeue: 0 when the job completed).
 set -euo pipefail
@@ -118,8 +120,13 @@ fi
 # started training ends it (no handler is installed yet): SECONDS of 20 leaves it 10 s.
 job=$(sbatch --parsable --ntasks=2 --time=1 --signal=USR1@"$requeue" --open-mode=append \
     --output="$dir/job.out" --wrap "srun --mpi=pmix $(printf '%q ' "$@")")
+lifted=
 for _ in $(seq 1200); do
     state=$(scontrol show job "$job" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    restarts=$(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+    if [ -z "$lifted" ] && [ "${restarts:-0}" -ge 1 ]; then
+        scontrol update JobId="$job" TimeLimit=10 && lifted=1
+    fi
     [ -n "${EMBER_SLURM_TRACE:-}" ] && echo "$(date +%T) $(scontrol show job "$job" | grep -o 'JobState=[^ ]*\|Reason=[^ ]*\|Restarts=[^ ]*' | tr '\n' ' ')" >&2
     case "$state" in
         COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)

@@ -144,8 +144,9 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
         return;
     }
     // 24000 steps, about a minute: longer than SLURM takes to send the signal (10 to 40 s after
-    // each start here with a one-minute limit signalled 20 s before its end; not sooner, so
-    // that the ranks are training when it comes).
+    // the first start here with a one-minute limit signalled 20 s before its end; not sooner,
+    // so that the ranks are training when it comes). Once requeued, the script gives the job
+    // ten minutes, so the resumed run trains to the end.
     let long = "--trainer.max_epochs=2000";
     let dir = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-slurm.sh");
