@@ -6,7 +6,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::Flex;
 use ember_accel_tpu_xla::backend::stats;
-use ember_accel_tpu_xla::{Xla, XlaDevice, pjrt::plugin};
+use ember_accel_tpu_xla::{Xla, XlaDevice};
+
+mod common;
+use common::values;
 
 /// One step of `w <- w - lr * (x w)`, read back as a training loop reads its loss.
 fn step<B: Backend>(w: Tensor<B, 2>, x: &Tensor<B, 2>, lr: f64) -> (Tensor<B, 2>, TensorData) {
@@ -17,12 +20,10 @@ fn step<B: Backend>(w: Tensor<B, 2>, x: &Tensor<B, 2>, lr: f64) -> (Tensor<B, 2>
 
 #[test]
 fn a_repeated_step_is_lowered_once_and_takes_each_steps_scalars() {
-    if let Err(e) = plugin::find() {
-        eprintln!("skip: {e}");
+    if !common::plugin_found() {
         return;
     }
-    let values: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) / 8.0).collect();
-    let start = TensorData::new(values, [4, 4]);
+    let start = TensorData::new(values(16, 1), [4, 4]);
     let dev = XlaDevice::new(0);
     let (mut w, x) = (
         Tensor::<Xla, 2>::from_data(start.clone(), &dev),

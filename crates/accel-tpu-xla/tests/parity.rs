@@ -5,19 +5,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
 use burn_flex::Flex;
-use ember_accel_tpu_xla::{Xla, XlaDevice, pjrt::plugin};
+use ember_accel_tpu_xla::{Xla, XlaDevice};
 
 mod common;
-
-fn available() -> bool {
-    match plugin::find() {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skip: {e}");
-            false
-        }
-    }
-}
 
 /// Deterministic inputs: the same host data on both backends.
 fn input<B: Backend, const D: usize>(
@@ -70,7 +60,7 @@ macro_rules! parity {
     ($name:ident, tolerance = $tol:expr, |$dev:ident| $body:block) => {
         #[test]
         fn $name() {
-            if !available() {
+            if !common::plugin_found() {
                 return;
             }
             fn run<B: Backend>($dev: &B::Device) -> Vec<TensorData> $body
@@ -165,7 +155,7 @@ parity!(mlp_training_step, |dev| {
 
 #[test]
 fn random_tensors_follow_the_seed() {
-    if !available() {
+    if !common::plugin_found() {
         return;
     }
     let _one_at_a_time = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
@@ -289,7 +279,7 @@ parity!(edge_cases, |dev| {
 
 #[test]
 fn an_op_not_lowered_is_an_error_naming_it_and_only_its_dependents_fail() {
-    if !available() {
+    if !common::plugin_found() {
         return;
     }
     let dev = XlaDevice::new(0);

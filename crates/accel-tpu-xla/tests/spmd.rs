@@ -7,7 +7,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
 use ember_accel_tpu_xla::backend::{on_each_device, runtime};
-use ember_accel_tpu_xla::{Xla, XlaDevice, pjrt::plugin};
+use ember_accel_tpu_xla::{Xla, XlaDevice};
 use ember_core::trainer::data::making_batch;
 
 mod common;
@@ -15,13 +15,13 @@ use common::values;
 
 /// Whether the plugin has 4 devices (saying why not when it has not).
 fn four_devices() -> bool {
-    match plugin::find() {
+    if !common::plugin_found() {
+        return false;
+    }
+    match runtime::runtime().map(|rt| rt.client().device_count()) {
+        Ok(n) if n >= 4 => return true,
+        Ok(n) => eprintln!("skip: the plugin has {n} device(s), not 4"),
         Err(e) => eprintln!("skip: {e}"),
-        Ok(_) => match runtime::runtime().map(|rt| rt.client().device_count()) {
-            Ok(n) if n >= 4 => return true,
-            Ok(n) => eprintln!("skip: the plugin has {n} device(s), not 4"),
-            Err(e) => eprintln!("skip: {e}"),
-        },
     }
     false
 }

@@ -7,8 +7,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::Flex;
 use ember_accel_tpu_xla::backend::{mark_step, stats};
-use ember_accel_tpu_xla::{Xla, XlaDevice, pjrt::plugin};
+use ember_accel_tpu_xla::{Xla, XlaDevice};
 use ember_core::trainer::data::making_batch;
+
+mod common;
+use common::values;
 
 /// `w <- w - lr * (x w)`, reading nothing.
 fn step<B: Backend>(w: Tensor<B, 2>, x: &Tensor<B, 2>, lr: f64) -> Tensor<B, 2> {
@@ -17,13 +20,11 @@ fn step<B: Backend>(w: Tensor<B, 2>, x: &Tensor<B, 2>, lr: f64) -> Tensor<B, 2> 
 
 #[test]
 fn steps_end_at_mark_step_or_the_next_batch_and_run_without_a_read() {
-    if let Err(e) = plugin::find() {
-        eprintln!("skip: {e}");
+    if !common::plugin_found() {
         return;
     }
-    let values: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) / 8.0).collect();
-    let start = TensorData::new(values.clone(), [4, 4]);
-    let half: Vec<f32> = values.iter().map(|v| v * 0.5).collect();
+    let start = TensorData::new(values(16, 1), [4, 4]);
+    let next = TensorData::new(values(16, 2), [4, 4]);
     let dev = XlaDevice::new(0);
     let flex = Default::default();
     let mut w = Tensor::<Xla, 2>::from_data(start.clone(), &dev);
@@ -41,7 +42,7 @@ fn steps_end_at_mark_step_or_the_next_batch_and_run_without_a_read() {
             mark_step(&dev);
         } else {
             // The next batch, made as the Trainer's loaders make it.
-            let batch = TensorData::new(half.clone(), [4, 4]);
+            let batch = next.clone();
             x = making_batch(4, || Tensor::<Xla, 2>::from_data(batch.clone(), &dev));
             x_flex = Tensor::<Flex, 2>::from_data(batch, &flex);
         }
