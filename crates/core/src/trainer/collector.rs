@@ -1,7 +1,8 @@
 //! Where the loops collect what steps logged: the Trainer decides when a value is read from
 //! the device (values logged `on_step` only on logging steps or when the progress bar shows
-//! them, values logged `on_epoch` every step) and reduces epoch values as Lightning does: a
-//! mean weighted by the batch size, unless another reduction is asked for.
+//! them, values logged `on_epoch` in batches of [`UNREAD_EPOCH_VALUES`] and at the epoch's end)
+//! and reduces epoch values as Lightning does: a mean weighted by the batch size, unless
+//! another reduction is asked for.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,12 +12,19 @@ use super::log::{Entry, Reduce, StepLog};
 use crate::callbacks::LazyValue;
 use crate::collective::Collective;
 
-#[derive(Debug, Clone, Copy)]
+/// Step values of an epoch value kept on the device before they are read (the device has
+/// finished all but the latest of them by then): a step need not wait for the device, and an
+/// epoch of many steps does not hold a device value for each.
+const UNREAD_EPOCH_VALUES: usize = 64;
+
+/// One epoch value's reduction so far, and the step values not read yet with their weights.
+#[derive(Debug, Clone)]
 struct Accumulator {
     total: f64,
     weight: f64,
     reduce: Reduce,
     sync: bool,
+    unread: Vec<(LazyValue, f64)>,
 }
 
 impl Accumulator {
@@ -32,6 +40,23 @@ impl Accumulator {
             weight: 0.0,
             reduce,
             sync,
+            unread: Vec::new(),
+        }
+    }
+
+    /// Takes a step's value of weight `w`, reading the unread ones once there are
+    /// [`UNREAD_EPOCH_VALUES`].
+    fn push(&mut self, value: LazyValue, w: f64) {
+        self.unread.push((value, w));
+        if self.unread.len() >= UNREAD_EPOCH_VALUES {
+            self.settle();
+        }
+    }
+
+    /// Reads the unread step values into the reduction.
+    fn settle(&mut self) {
+        for (value, w) in std::mem::take(&mut self.unread) {
+            self.add(value.get(), w);
         }
     }
 
@@ -122,38 +147,32 @@ impl MetricCollector {
                 step_name.push_str(&suffix);
                 epoch_name.push_str(&suffix);
             }
-            let sync = options.sync_dist;
-            if on_step && !read_step && !on_epoch {
-                let value = LazyValue::unread(move || value.read());
-                if options.prog_bar {
-                    self.prog_bar.insert(step_name.clone(), value.clone());
-                }
-                self.pending.insert(step_name, Pending { value, sync });
-                continue;
-            }
             if !on_step && !on_epoch {
                 continue;
             }
-            let x = value.read();
+            let sync = options.sync_dist;
+            let value = LazyValue::unread(move || value.read());
             if on_step && read_step {
                 if sync {
                     self.step_sync.insert(step_name.clone());
                 }
                 self.pending.remove(&step_name);
-                self.step.insert(step_name.clone(), x);
+                self.step.insert(step_name.clone(), value.get());
             } else if on_step {
-                let value = LazyValue::ready(x);
-                self.pending
-                    .insert(step_name.clone(), Pending { value, sync });
+                let pending = Pending {
+                    value: value.clone(),
+                    sync,
+                };
+                self.pending.insert(step_name.clone(), pending);
             }
             if on_step && options.prog_bar {
-                self.prog_bar.insert(step_name, LazyValue::ready(x));
+                self.prog_bar.insert(step_name, value.clone());
             }
             if on_epoch {
                 self.epoch
                     .entry(epoch_name)
-                    .or_insert(Accumulator::empty(options.reduce, options.sync_dist))
-                    .add(x, options.batch_size.unwrap_or(1) as f64);
+                    .or_insert(Accumulator::empty(options.reduce, sync))
+                    .push(value, options.batch_size.unwrap_or(1) as f64);
             }
         }
     }
@@ -211,6 +230,7 @@ impl MetricCollector {
         collective: Option<&dyn Collective>,
     ) -> anyhow::Result<BTreeMap<String, f64>> {
         let mut epoch = std::mem::take(&mut self.epoch);
+        epoch.values_mut().for_each(Accumulator::settle);
         if let Some(collective) = collective {
             let partial: Vec<(&String, f64, f64)> = epoch
                 .iter()
@@ -349,6 +369,31 @@ mod tests {
         collector.collect(&mut log, true);
         assert_eq!(format!("{:?}", collector.prog_bar["train_loss"]), "0.5");
         assert_eq!(collector.take_step(None).unwrap()["train_loss"], 0.5);
+    }
+
+    /// Epoch values stay on the device until [`UNREAD_EPOCH_VALUES`] of them wait, and the
+    /// rest until the epoch's end (Lightning accumulates them on the device).
+    #[test]
+    fn epoch_values_are_read_in_batches_and_at_the_epochs_end() {
+        type B = burn_flex::Flex;
+        let loss = |x: f32| burn::tensor::Tensor::<B, 1>::from_floats([x], &Default::default());
+        let options = crate::trainer::log::LogOptions::default().on_epoch(true);
+        let mut collector = MetricCollector::default();
+        let mut log = StepLog::<B>::new(crate::stage::Stage::Validate);
+        let steps = UNREAD_EPOCH_VALUES + 3;
+        for k in 0..steps {
+            log.log_with("val_loss", loss(k as f32), options);
+            collector.collect(&mut log, false);
+        }
+        let unread = &collector.epoch["val_loss"].unread;
+        assert_eq!(
+            unread.len(),
+            3,
+            "the first {UNREAD_EPOCH_VALUES} were read together"
+        );
+        assert_eq!(format!("{:?}", unread[0].0), "<unread>");
+        let mean = (steps - 1) as f64 / 2.0;
+        assert_eq!(collector.take_epoch(None).unwrap()["val_loss"], mean);
     }
 
     #[test]
