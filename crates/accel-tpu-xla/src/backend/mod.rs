@@ -6,6 +6,7 @@ mod channel;
 mod client;
 mod data;
 mod device;
+mod donation;
 mod rows;
 pub mod runtime;
 mod segment;

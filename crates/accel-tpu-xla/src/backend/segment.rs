@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use burn_ir::{OperationIr, TensorId, TensorStatus};
 
+use super::donation;
 use crate::hlo::{Emitted, Function, lower::lower};
 
 /// Why a tensor holds no value: the error of the op that should have made it.
@@ -86,9 +87,11 @@ pub fn build(ops: &[OperationIr], earlier: &HashMap<TensorId, Failure>, mut f: F
     let program = if outputs.is_empty() {
         None
     } else {
-        // What dies here may lend its buffer to an output: parameters updated in place.
+        // What dies here lends its buffer to the output it is updated into: parameters and
+        // optimizer states updated in place.
         let donors: HashSet<TensorId> = freed.iter().copied().collect();
-        match f.finish(&outputs, &donors) {
+        let lent = donation::updates(ops, &outputs, &donors);
+        match f.finish(&outputs, &lent) {
             Ok(program) => Some(program),
             Err(e) => {
                 let cause = Failure::from(e.to_string());

@@ -342,13 +342,14 @@ impl Function {
         self.reshape(&one, &[])
     }
 
-    /// Ends the function, returning `outputs` in order. The buffers of `donors` (inputs no
-    /// one reads after this program) are donated to outputs of the same type: the program
-    /// writes those outputs in their memory, and the inputs are gone after it runs.
+    /// Ends the function, returning `outputs` in order. Each input in `lent` (inputs no one
+    /// reads after this program, each with an output of its type) lends its buffer to that
+    /// output: the program writes the output in the input's memory, and the input is gone
+    /// after it runs.
     pub fn finish(
         mut self,
         outputs: &[TensorId],
-        donors: &HashSet<TensorId>,
+        lent: &HashMap<TensorId, TensorId>,
     ) -> Result<Emitted, Unsupported> {
         let mut results = Vec::with_capacity(outputs.len());
         for id in outputs {
@@ -360,7 +361,6 @@ impl Function {
         }
         let types: Vec<String> = results.iter().map(Val::ty).collect();
         let spmd = self.spmd.is_some();
-        let mut aliased = vec![false; types.len()];
         let mut head = String::from("func.func @main(");
         let mut first = true;
         for (id, p) in &self.params {
@@ -377,11 +377,11 @@ impl Function {
                 Some(spmd) if spmd.split.contains(id) && p.rank() > 0 => Some(spmd.rows(p.rank())),
                 _ => None,
             };
-            if donors.contains(id)
-                && rows.is_none()
-                && let Some(out) = (0..types.len()).find(|&j| !aliased[j] && types[j] == ty)
+            if rows.is_none()
+                && let Some(output) = lent.get(id)
+                && let Some(out) = outputs.iter().position(|o| o == output)
+                && types[out] == ty
             {
-                aliased[out] = true;
                 attrs.push(format!("tf.aliasing_output = {out} : i32"));
             }
             match rows {
