@@ -122,16 +122,16 @@ job=$(sbatch --parsable --ntasks=2 --time=1 --signal=USR1@"$requeue" --open-mode
     --output="$dir/job.out" --wrap "srun --mpi=pmix $(printf '%q ' "$@")")
 lifted=
 for _ in $(seq 1200); do
-    state=$(scontrol show job "$job" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
-    restarts=$(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+    info=$(scontrol show job "$job")
+    state=$(sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' <<<"$info")
+    restarts=$(sed -n 's/.*Restarts=\([0-9]*\).*/\1/p' <<<"$info")
     if [ -z "$lifted" ] && [ "${restarts:-0}" -ge 1 ]; then
         scontrol update JobId="$job" TimeLimit=10 && lifted=1
     fi
-    [ -n "${EMBER_SLURM_TRACE:-}" ] && echo "$(date +%T) $(scontrol show job "$job" | grep -o 'JobState=[^ ]*\|Reason=[^ ]*\|Restarts=[^ ]*' | tr '\n' ' ')" >&2
+    [ -n "${EMBER_SLURM_TRACE:-}" ] && echo "$(date +%T) $(grep -o 'JobState=[^ ]*\|Reason=[^ ]*\|Restarts=[^ ]*' <<<"$info" | tr '\n' ' ')" >&2
     case "$state" in
         COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)
             # A requeue may still be on its way: an end is an end when it is still there 3 s later.
-            restarts=$(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
             sleep 3
             again=$(scontrol show job "$job" | grep -o 'JobState=[A-Z_]* \|Restarts=[0-9]*' | tr -d ' \n')
             [ "$again" = "JobState=${state}Restarts=$restarts" ] && break
