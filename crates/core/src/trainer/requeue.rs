@@ -29,6 +29,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         let shown = command.join(" ");
         let (program, args) = command.split_first().context("an empty requeue command")?;
+        // Said first: the scheduler may stop this process as it requeues the job, before the
+        // command's status comes back.
+        eprintln!("requeueing the job (`{shown}`)");
         let status = Command::new(program)
             .args(args)
             .status()
