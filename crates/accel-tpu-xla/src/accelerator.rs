@@ -19,7 +19,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Programs compiled to StableHLO and run through a PJRT plugin.
 pub struct XlaAccelerator;
 
-/// The number of devices of the PJRT client, created on a thread that probing waits on for at
+/// The number of devices the PJRT plugin offers, asked on a thread that probing waits on for at
 /// most [`PROBE_TIMEOUT`]: a plugin that hangs (libtpu off a TPU VM) cannot hang ember.
 pub fn device_count() -> usize {
     if plugin::find().is_err() {
@@ -28,7 +28,7 @@ pub fn device_count() -> usize {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let count = match runtime::runtime() {
-            Ok(rt) => rt.client().device_count(),
+            Ok(rt) => rt.device_count(),
             Err(e) => {
                 tracing::warn!("xla: {e}");
                 0

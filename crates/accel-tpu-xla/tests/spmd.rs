@@ -18,7 +18,7 @@ fn four_devices() -> bool {
     if !common::plugin_found() {
         return false;
     }
-    match runtime::runtime().map(|rt| rt.client().device_count()) {
+    match runtime::runtime().map(|rt| rt.device_count()) {
         Ok(n) if n >= 4 => return true,
         Ok(n) => eprintln!("skip: the plugin has {n} device(s), not 4"),
         Err(e) => eprintln!("skip: {e}"),

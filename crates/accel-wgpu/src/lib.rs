@@ -5,8 +5,6 @@
 //! out, so that `accelerator=auto` on a machine with no GPU still picks cpu; set
 //! `EMBER_WGPU_SOFTWARE=1` to count them (tests do, to run wgpu on CI machines).
 
-mod quiet;
-
 use std::sync::OnceLock;
 
 use burn_autodiff::Autodiff;
@@ -27,7 +25,9 @@ pub struct WgpuAccelerator;
 /// once per process: each enumeration makes the Vulkan loader probe the window systems.
 pub fn adapters() -> Vec<(wgpu::DeviceType, String)> {
     static ADAPTERS: OnceLock<Vec<(wgpu::DeviceType, String)>> = OnceLock::new();
-    ADAPTERS.get_or_init(|| quiet::stderr(enumerate)).clone()
+    ADAPTERS
+        .get_or_init(|| ember_core::quiet::stderr(enumerate))
+        .clone()
 }
 
 fn enumerate() -> Vec<(wgpu::DeviceType, String)> {

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod optim;
 pub mod plugins;
 pub mod prelude;
+pub mod quiet;
 pub mod registry;
 pub mod trainer;
 

@@ -661,9 +661,13 @@ fn fit_on_xla(args: &[&str]) -> Option<String> {
         .args(args)
         .current_dir(dir.path())
         .env_remove("EMBER_INVENTORY")
+        .env_remove("RUST_LOG")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    // The plugin's absl banner and INFO line, written when a client is asked for a device
+    // count, stay off the terminal.
+    assert!(!stderr(&out).contains("absl"), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &stderr(&out);
     let line = text.lines().find(|l| l.starts_with("trained "));
     Some(line.expect("a summary line").to_owned())

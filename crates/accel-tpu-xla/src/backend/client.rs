@@ -14,6 +14,7 @@ use burn_ir::{
 use burn_router::{RouterTensor, RunnerClient};
 use burn_std::future::DynFut;
 
+use super::clients::Placement;
 use super::data::{self, dims, element_type};
 use super::device::XlaDevice;
 use super::rows;
@@ -88,21 +89,26 @@ impl XlaClient {
         TensorId::new(self.ids.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// Where this client's device lives on the plugin's clients.
+    fn placement(&self) -> Result<Placement, ExecutionError> {
+        self.runtime()?.placement(&self.device).map_err(fail)
+    }
+
     /// Copies `data` to every device this client's device spans.
     fn upload(&self, data: &TensorData) -> Result<Vec<Buffer>, ExecutionError> {
-        let client = self.runtime()?.client();
-        (self.device.indices())
-            .map(|index| upload_to(client, data, index))
+        let at = self.placement()?;
+        (at.first..at.first + self.device.span)
+            .map(|index| upload_to(at.client, data, index))
             .collect()
     }
 
     /// Copies each device its rows of `data` (see [`rows`]).
     fn upload_rows(&self, data: &TensorData) -> Result<Vec<Buffer>, ExecutionError> {
-        let client = self.runtime()?.client();
+        let at = self.placement()?;
         let shards = rows::split(data, self.device.span);
-        (self.device.indices())
+        (at.first..at.first + self.device.span)
             .zip(&shards)
-            .map(|(index, shard)| upload_to(client, shard, index))
+            .map(|(index, shard)| upload_to(at.client, shard, index))
             .collect()
     }
 
@@ -170,7 +176,7 @@ impl XlaClient {
     #[allow(clippy::type_complexity)]
     fn lower(
         &self,
-        rt: &Runtime,
+        rt: &'static Runtime,
         state: &State,
         ops: &[OperationIr],
         sig: Signature,
@@ -227,13 +233,14 @@ impl XlaClient {
         let args: Vec<Vec<&Buffer>> = (0..self.device.span)
             .map(|d| inputs.iter().map(|buffers| &buffers[d]).collect())
             .collect();
+        let at = self.placement()?;
         let launching = Instant::now();
         let started = match self.device.span {
-            1 => (rt.client().start(exe, &args[0], self.device.index))
+            1 => (at.client.start(exe, &args[0], at.first))
                 .map(|(outs, running)| (vec![outs], running)),
             _ => {
                 let args: Vec<&[&Buffer]> = args.iter().map(Vec::as_slice).collect();
-                rt.client().start_replicated(exe, &args)
+                at.client.start_replicated(exe, &args)
             }
         };
         let (outs, running) = started.map_err(|e| fail(e.to_string()))?;

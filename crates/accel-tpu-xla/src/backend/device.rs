@@ -4,7 +4,9 @@
 use burn_backend::DeviceId;
 use burn_std::device::Device;
 
-/// Addressable devices of the process's PJRT client: `span` of them from `index` on. One
+/// Addressable devices of the process's PJRT client: `span` of them from `index` on (on XLA's
+/// CPU plugin, whose devices are all the same cores, the first `span` of a client of that
+/// many devices, whatever `index` says; see `backend::clients`). One
 /// device runs each program alone; several run each program as one SPMD program, every
 /// tensor whole on each device except a batch's, which is split by rows among them (see
 /// `ember_core::trainer::data::batching`), so the devices share the work of a step as data-parallel
@@ -35,11 +37,6 @@ impl XlaDevice {
             index,
             span: span.max(1),
         }
-    }
-
-    /// The client's device indices this device drives.
-    pub fn indices(&self) -> std::ops::Range<usize> {
-        self.index..self.index + self.span
     }
 }
 
@@ -73,6 +70,5 @@ mod tests {
         ] {
             assert_eq!(XlaDevice::from_id(device.to_id()), device);
         }
-        assert_eq!(XlaDevice::spanning(2, 4).indices(), 2..6);
     }
 }

@@ -4,6 +4,7 @@
 
 mod channel;
 mod client;
+mod clients;
 mod data;
 mod device;
 mod donation;
@@ -15,6 +16,7 @@ mod template;
 
 pub use channel::XlaChannel;
 pub use client::XlaClient;
+pub use clients::Placement;
 pub use device::XlaDevice;
 pub use runtime::{CacheStats, stats};
 

@@ -1,12 +1,14 @@
-//! The process's PJRT client and its compile cache, shared by every xla device.
+//! The process's PJRT clients and their compile cache, shared by every xla device.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::clients::{Clients, Placement};
+use super::device::XlaDevice;
 use super::signature::Signature;
 use super::template::{Bound, Template};
-use crate::pjrt::{Api, Client, Executable, plugin};
+use crate::pjrt::{Api, Executable, plugin};
 
 /// Counters of the compile cache and of where the backend's time goes, for tests,
 /// benchmarks and logs.
@@ -68,9 +70,9 @@ impl std::ops::Sub for CacheStats {
     }
 }
 
-/// The PJRT client of this process and the programs compiled on it.
+/// The PJRT clients of this process and the programs compiled on them.
 pub struct Runtime {
-    client: Client,
+    clients: Clients,
     /// Programs by their text.
     cache: Mutex<HashMap<String, Arc<Executable>>>,
     /// Lowered segments by the devices they run on and their structure.
@@ -93,15 +95,15 @@ pub fn runtime() -> Result<&'static Runtime, String> {
         .get_or_init(|| {
             let path = plugin::find().map_err(|e| e.to_string())?;
             let api = Api::load(&path).map_err(|e| e.to_string())?;
-            let client = Client::new(api).map_err(|e| format!("{} ({})", e, path.display()))?;
+            let clients = Clients::new(api).map_err(|e| format!("{e} ({})", path.display()))?;
             tracing::info!(
                 plugin = %path.display(),
-                platform = client.platform(),
-                devices = client.device_count(),
-                "xla: PJRT client ready"
+                platform = clients.platform(),
+                devices = clients.device_count(),
+                "xla: PJRT plugin ready"
             );
             Ok(Runtime {
-                client,
+                clients,
                 cache: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
                 stats: Mutex::new(CacheStats::default()),
@@ -112,15 +114,25 @@ pub fn runtime() -> Result<&'static Runtime, String> {
 }
 
 impl Runtime {
-    /// The PJRT client.
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// The platform's name, e.g. `cpu`, `cuda`, `tpu`.
+    pub fn platform(&self) -> &str {
+        self.clients.platform()
+    }
+
+    /// The devices the plugin offers this process.
+    pub fn device_count(&self) -> usize {
+        self.clients.device_count()
+    }
+
+    /// The client `device`'s buffers and programs live on, and its first device there.
+    pub fn placement(&'static self, device: &XlaDevice) -> Result<Placement, String> {
+        self.clients.placement(device)
     }
 
     /// The executable for `text`, compiling it on a miss (for one device, or partitioned
     /// over `devices`); with the time the compile took (zero on a hit).
     pub fn executable(
-        &self,
+        &'static self,
         text: &str,
         devices: usize,
     ) -> Result<(Arc<Executable>, Duration), String> {
@@ -129,9 +141,10 @@ impl Runtime {
             return Ok((exe.clone(), Duration::ZERO));
         }
         let start = Instant::now();
+        let client = self.clients.for_span(devices)?;
         let compiled = match devices {
-            1 => self.client.compile(text),
-            n => self.client.compile_partitioned(text, n),
+            1 => client.compile(text),
+            n => client.compile_partitioned(text, n),
         };
         let exe = Arc::new(compiled.map_err(|e| {
             tracing::debug!("xla: the program that failed to compile:\n{text}");

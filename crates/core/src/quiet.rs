@@ -1,10 +1,13 @@
-//! Keeping the graphics stack's diagnostics off the terminal while adapters are probed.
+//! Keeping a native library's chatter off the terminal while an accelerator starts.
 //!
-//! On a machine without a display, the Vulkan loader's window-system probing (libwayland,
-//! Mesa) writes lines such as `error: XDG_RUNTIME_DIR is invalid or not set in the
-//! environment.` straight to file descriptor 2 while wgpu enumerates adapters. They are not
-//! errors of the run, but read like one; probing runs with fd 2 sent to `/dev/null` unless
-//! `RUST_LOG` is set (then they show, for whoever debugs a driver).
+//! Some libraries an accelerator loads write straight to file descriptor 2 where no Rust code
+//! can filter them: on a machine without a display the Vulkan loader's window-system probing
+//! (libwayland, Mesa) says `error: XDG_RUNTIME_DIR is invalid or not set in the environment.`
+//! while wgpu enumerates adapters; XLA's CPU plugin logs an absl banner and an INFO line when
+//! a client is created with options. They are not errors of the run, but read like one; such
+//! calls run with fd 2 sent to `/dev/null` unless `RUST_LOG` is set (then they show, for
+//! whoever debugs a driver). Whatever another thread writes to stderr meanwhile is lost too, so
+//! only short calls made while a run starts go through here.
 
 /// Runs `probe` with the process's stderr silenced (see the module docs).
 #[cfg(unix)]
