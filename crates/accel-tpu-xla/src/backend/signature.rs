@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 
 use burn_ir::{OperationIr, ScalarIr, TensorId};
+use rustc_hash::FxHashMap;
 use serde::ser::{self, Serialize};
 
 /// The structure of a segment, and what varies between segments of the same structure.
@@ -30,11 +31,11 @@ impl Signature {
         let mut writer = Writer {
             sig: Signature {
                 bytes: Vec::with_capacity(ops.len() * 64),
-                ids: Vec::new(),
+                ids: Vec::with_capacity(ops.len()),
                 scalars: Vec::new(),
                 devices: 1,
             },
-            numbers: std::collections::HashMap::new(),
+            numbers: FxHashMap::with_capacity_and_hasher(ops.len(), Default::default()),
             in_id: false,
             scalar_at: None,
         };
@@ -74,7 +75,7 @@ impl Signature {
 /// The serializer: a compact, injective encoding (like bincode's) of one type's values.
 struct Writer {
     sig: Signature,
-    numbers: std::collections::HashMap<TensorId, u32>,
+    numbers: FxHashMap<TensorId, u32>,
     /// Inside a `TensorId`: its one `u64` is an id to renumber.
     in_id: bool,
     /// Inside a `ScalarIr` at this address: its one primitive is set aside.
