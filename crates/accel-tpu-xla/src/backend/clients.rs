@@ -13,7 +13,8 @@ pub enum Clients {
     /// XLA's CPU plugin, whose devices all run on the same cores: each device span gets a
     /// client of exactly that many devices (`cpu_device_count`), made on first use. A process
     /// that drives one device then runs no threads for three idle ones, which cost a one-device
-    /// fit ~7% on two cores even when a client of four sits unused beside it.
+    /// fit 7–10% on two cores even when a client of four sits unused beside it. Clients live as
+    /// long as the process, as the runtime does.
     Cpu {
         /// The plugin, to make clients with.
         api: &'static Api,
@@ -77,7 +78,14 @@ impl Clients {
         let count = OptionValue::Int(span as i64);
         let made =
             ember_core::quiet::stderr(|| Client::with_options(api, &[("cpu_device_count", count)]));
-        let client: &'static Client = Box::leak(Box::new(made.map_err(|e| e.to_string())?));
+        let made = made.map_err(|e| e.to_string())?;
+        if made.device_count() < span {
+            return Err(format!(
+                "XLA's CPU plugin made {} device(s) when asked for {span} (cpu_device_count)",
+                made.device_count()
+            ));
+        }
+        let client: &'static Client = Box::leak(Box::new(made));
         tracing::debug!(devices = span, "xla: CPU client made");
         by_span.insert(span, client);
         Ok(client)
