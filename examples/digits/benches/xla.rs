@@ -11,7 +11,10 @@
 //! device (reads, and a third program held back while two run), and the rest (burn's autodiff
 //! and router, the Trainer, the batches). The device runs a program while the host records
 //! the next, so its run shows only as the waiting. Host overhead is recording plus
-//! preparing, as a share of the step. Each round also trains the same MLP in jax
+//! preparing, as a share of the step. The CPU a step takes, on the thread that drives the fit
+//! and on all the process's threads (XLA's included), is read from the CPU clocks over the
+//! same fits, and over jax's timed fits: with two cores every thread competes for them, so
+//! the host's CPU is what a small model loses to. Each round also trains the same MLP in jax
 //! (`benches/jax_mlp.py`: one jitted step with optax's Adam, same sizes, batch and epochs, on
 //! jax's CPU client, in a process of its own that first fits once to compile, then times a
 //! fit; the venv `scripts/setup.sh --jax` pins). Both sides see the same environment, so
@@ -79,6 +82,8 @@ impl Callback for CompilesPerEpoch {
 struct Fit {
     seconds: f64,
     steps: u64,
+    /// CPU seconds the fit took on the thread that ran it, and on all the process's threads.
+    cpu: Cpu,
     /// The xla backend's compile count at each epoch's end.
     compiles_per_epoch: Vec<usize>,
 }
@@ -86,6 +91,50 @@ struct Fit {
 impl Fit {
     fn steps_per_second(&self) -> f64 {
         self.steps as f64 / self.seconds
+    }
+}
+
+/// CPU seconds: of one thread, and of a whole process.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    thread: f64,
+    process: f64,
+}
+
+impl Cpu {
+    /// This thread's and this process's CPU clocks now.
+    fn now() -> Cpu {
+        let read = |clock| {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes one timespec into `t`, which outlives the call.
+            let ok = unsafe { libc::clock_gettime(clock, &mut t) } == 0;
+            if ok {
+                t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+            } else {
+                f64::NAN
+            }
+        };
+        Cpu {
+            thread: read(libc::CLOCK_THREAD_CPUTIME_ID),
+            process: read(libc::CLOCK_PROCESS_CPUTIME_ID),
+        }
+    }
+
+    fn add(self, other: Cpu) -> Cpu {
+        Cpu {
+            thread: self.thread + other.thread,
+            process: self.process + other.process,
+        }
+    }
+
+    fn since(self, earlier: Cpu) -> Cpu {
+        Cpu {
+            thread: self.thread - earlier.thread,
+            process: self.process - earlier.process,
+        }
     }
 }
 
@@ -117,14 +166,16 @@ fn fit<A: Accelerator>(work: &Workload) -> anyhow::Result<Fit> {
     };
     let model = DigitsModel::<A::Backend>::new(&config, trainer.device());
     A::Backend::sync(trainer.device())?;
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), Cpu::now());
     let out = trainer.fit(model, &mut data)?;
     A::Backend::sync(trainer.device())?;
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = Cpu::now().since(cpu);
     let compiles_per_epoch = per_epoch.borrow().clone();
     Ok(Fit {
         seconds,
         steps: out.global_step,
+        cpu,
         compiles_per_epoch,
     })
 }
@@ -137,6 +188,9 @@ struct JaxFit {
     first_fit_compiles: u64,
     first_fit_compile_seconds: f64,
     timed_fit_compiles: u64,
+    /// CPU seconds of the timed fit: the thread that ran it, and the whole process.
+    host_cpu_seconds: f64,
+    process_cpu_seconds: f64,
     jax: String,
 }
 
@@ -196,6 +250,7 @@ fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64, f64)> {
     let (mut xla, mut cpu, mut jax) = (Vec::new(), Vec::new(), Vec::new());
     let mut counted = CacheStats::default();
     let (mut xla_seconds, mut xla_steps) = (0.0, 0);
+    let (mut xla_cpu, mut jax_cpu, mut jax_steps) = (Cpu::default(), Cpu::default(), 0);
     for round in 0..rounds {
         // Alternate which side goes first, so neither always runs on a warmer cache.
         let cpu_first = round % 2 == 1;
@@ -225,6 +280,11 @@ fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64, f64)> {
                 j.jax, j.first_fit_compiles, j.first_fit_compile_seconds, j.timed_fit_compiles
             );
         }
+        jax_cpu = jax_cpu.add(Cpu {
+            thread: j.host_cpu_seconds,
+            process: j.process_cpu_seconds,
+        });
+        jax_steps += j.steps;
         let j = j.steps as f64 / j.seconds;
         println!(
             "  round {round}: xla {:.0} steps/s, cpu {:.0} steps/s, jax {j:.0} steps/s ({} steps each)",
@@ -236,10 +296,24 @@ fn measure(work: &Workload, rounds: usize) -> anyhow::Result<(f64, f64, f64)> {
         counted = counted + during;
         xla_seconds += x.seconds;
         xla_steps += x.steps;
+        xla_cpu = xla_cpu.add(x.cpu);
         xla.push(x.steps_per_second());
         cpu.push(c.steps_per_second());
     }
     print_breakdown(&counted, xla_seconds, xla_steps);
+    let per_step = |cpu: Cpu, steps: u64| {
+        let ms = |s: f64| s / steps as f64 * 1e3;
+        format!(
+            "host thread {:.3}, all threads {:.3}",
+            ms(cpu.thread),
+            ms(cpu.process)
+        )
+    };
+    println!(
+        "  CPU a step, ms: xla {}; jax {}",
+        per_step(xla_cpu, xla_steps),
+        per_step(jax_cpu, jax_steps)
+    );
     let (xla, cpu, jax) = (median(xla), median(cpu), median(jax));
     println!(
         "  median steps/s: xla {xla:.0}, cpu {cpu:.0}, jax {jax:.0}; xla/flex {:.2}x, xla/jax {:.2}x",
