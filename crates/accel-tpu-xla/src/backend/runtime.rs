@@ -73,7 +73,8 @@ impl std::ops::Sub for CacheStats {
 /// The PJRT clients of this process and the programs compiled on them.
 pub struct Runtime {
     clients: Clients,
-    /// Programs by their text.
+    /// Programs by their text (a program over several devices names their count in its text,
+    /// so the text also says which client it was compiled on).
     cache: Mutex<HashMap<String, Arc<Executable>>>,
     /// Lowered segments by the devices they run on and their structure.
     templates: Mutex<HashMap<usize, Templates>>,
