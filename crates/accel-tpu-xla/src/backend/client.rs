@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use burn_backend::{DType, DTypeUsage, DTypeUsageSet, ExecutionError, TensorData};
@@ -61,6 +61,8 @@ impl State {
 #[derive(Clone)]
 pub struct XlaClient {
     device: XlaDevice,
+    /// Where the device lives, found on first use (uploads and starts ask every step).
+    placement: Arc<OnceLock<Placement>>,
     state: Arc<Mutex<State>>,
     ids: Arc<AtomicU64>,
 }
@@ -76,6 +78,7 @@ impl XlaClient {
     pub fn new(device: XlaDevice) -> Self {
         XlaClient {
             device,
+            placement: Arc::new(OnceLock::new()),
             state: Arc::new(Mutex::new(State::default())),
             ids: Arc::new(AtomicU64::new(0)),
         }
@@ -91,7 +94,11 @@ impl XlaClient {
 
     /// Where this client's device lives on the plugin's clients.
     fn placement(&self) -> Result<Placement, ExecutionError> {
-        self.runtime()?.placement(&self.device).map_err(fail)
+        if let Some(at) = self.placement.get() {
+            return Ok(*at);
+        }
+        let at = self.runtime()?.placement(&self.device).map_err(fail)?;
+        Ok(*self.placement.get_or_init(|| at))
     }
 
     /// Copies `data` to every device this client's device spans.
