@@ -57,6 +57,7 @@ use loops::fit::FitLoop;
 use loops::schedule::FitSchedule;
 use module::{BatcherFor, TrainingModule};
 use profiler::Profiler;
+pub use weights::materialize;
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;

@@ -52,8 +52,10 @@ pub(crate) fn param_ids<B: Backend, M: Module<B>>(model: &M) -> BTreeMap<String,
 /// clone of a model not yet read initialises its own copy. Left so, a model's initial weights
 /// would depend on which code reads them first (under ddp, rank 0's model summary changed the
 /// weights every rank trained from). Every entry point of the Trainer calls this first, so the
-/// initial weights are the draws that follow the seed, whatever the run prints or writes.
-pub(crate) fn materialize<B: Backend, M: Module<B>>(model: &M) {
+/// initial weights are the draws that follow the seed, whatever the run prints or writes. Code
+/// that times a fit from its own clock (a benchmark) calls it first, so that the draws fall
+/// outside the timing.
+pub fn materialize<B: Backend, M: Module<B>>(model: &M) {
     model.visit(&mut Materialize);
 }
 
