@@ -1,18 +1,20 @@
 //! [`Collective`] over MPI's world communicator, with a watchdog that ends a stuck run.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ember_plan::Plan;
-use ember_plan::collective::{Collective, ReduceOp};
+use ember_plan::collective::{Collective, KeyValueStore, ReduceOp};
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
+
+use crate::key_value::MpiKeyValueStore;
 
 /// The collective operation in progress and when it started.
 type InFlight = Arc<Mutex<Option<(&'static str, Instant)>>>;
@@ -24,6 +26,10 @@ pub struct MpiCollective {
     /// Reused send buffers (rsmpi has no in-place all-reduce).
     send_f32: RefCell<Vec<f32>>,
     send_f64: RefCell<Vec<f64>>,
+    /// The thread support MPI gave this process.
+    threading: mpi::Threading,
+    /// The key-value store, once the ranks asked for it.
+    key_value: OnceCell<Arc<MpiKeyValueStore>>,
     // Declared last: finalises MPI after the communicator is gone.
     _universe: Universe,
 }
@@ -31,7 +37,9 @@ pub struct MpiCollective {
 impl MpiCollective {
     /// Initialises MPI and checks that its world is the plan's.
     pub fn join(plan: &Plan, timeout: Duration) -> anyhow::Result<Self> {
-        let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+        // Multiple, for the key-value store: any thread of a runtime may use it. The Trainer's
+        // collectives stay on the main thread.
+        let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
             .context("MPI is already initialised in this process")?;
         let world = universe.world();
         let (size, rank) = (world.size() as usize, world.rank() as usize);
@@ -53,6 +61,8 @@ impl MpiCollective {
             in_flight,
             send_f32: RefCell::default(),
             send_f64: RefCell::default(),
+            threading,
+            key_value: OnceCell::new(),
             _universe: universe,
         })
     }
@@ -272,7 +282,31 @@ impl Collective for MpiCollective {
         Ok(())
     }
 
+    fn key_value_store(&self) -> anyhow::Result<Arc<dyn KeyValueStore>> {
+        if let Some(store) = self.key_value.get() {
+            return Ok(store.clone());
+        }
+        if self.threading != mpi::Threading::Multiple {
+            bail!(
+                "a key-value store needs MPI_THREAD_MULTIPLE (its values are asked for from any \
+                 thread), and this MPI gave {:?}: use an OpenMPI built with thread support",
+                self.threading
+            );
+        }
+        let store = self.timed("key_value_store", || MpiKeyValueStore::new(&self.world))?;
+        Ok(self.key_value.get_or_init(|| store).clone())
+    }
+
     fn abort(&self, code: i32) -> ! {
         self.world.abort(code)
+    }
+}
+
+impl Drop for MpiCollective {
+    /// Closes the key-value store, if the ranks made one, before MPI is finalised.
+    fn drop(&mut self) {
+        if let Some(store) = self.key_value.get() {
+            self.timed("key_value_store close", || store.close());
+        }
     }
 }

@@ -3,14 +3,17 @@
 //! - [`MpiEngine::launch`] is the local launcher: `--trainer.devices=N` with no cluster
 //!   environment re-executes this program under `mpirun -np N` on this machine and waits.
 //! - [`MpiEngine::join`] initialises MPI in a process that `mpirun`, `srun` (with PMIx) or the
-//!   local launcher started and returns its [`MpiCollective`].
+//!   local launcher started and returns its [`MpiCollective`], which also serves a
+//!   [`MpiKeyValueStore`] to runtimes that bootstrap through one.
 //!
 //! See `docs/distributed.md`.
 
 mod collective;
+mod key_value;
 mod launcher;
 
 pub use collective::MpiCollective;
+pub use key_value::MpiKeyValueStore;
 pub use launcher::mpirun_command;
 
 use std::rc::Rc;

@@ -10,6 +10,7 @@
 //! model's code never handles it.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::plan::Plan;
@@ -104,9 +105,30 @@ pub trait Collective {
         Ok(())
     }
 
+    /// A key-value store every rank of the run shares, for a runtime that bootstraps its own
+    /// collectives through one (PJRT's distributed runtime). Every rank calls it, at the same
+    /// point as the other operations; later calls return the same store, which serves until
+    /// the collective is dropped. The default: this collective has none.
+    fn key_value_store(&self) -> anyhow::Result<Arc<dyn KeyValueStore>> {
+        anyhow::bail!("this collective serves no key-value store")
+    }
+
     /// Ends every process of the run with `code` (after this rank failed): no rank is left
     /// waiting in a collective for this one.
     fn abort(&self, code: i32) -> !;
+}
+
+/// Values the ranks of a run share by key, from any thread of any rank: what one puts, every
+/// rank can get. Unlike [`Collective`]'s operations, calls need not match across ranks.
+pub trait KeyValueStore: Send + Sync {
+    /// Sets `key` to `value` (replacing a value put before).
+    fn put(&self, key: &str, value: &[u8]) -> anyhow::Result<()>;
+
+    /// `key`'s value, waiting up to `timeout` for a rank to put it; `None` if none did.
+    fn get(&self, key: &str, timeout: Duration) -> anyhow::Result<Option<Vec<u8>>>;
+
+    /// `key`'s value if a rank has put it, without waiting.
+    fn try_get(&self, key: &str) -> anyhow::Result<Option<Vec<u8>>>;
 }
 
 /// Copies this rank's part of `all` (parts of `counts` elements, in rank order) into `out`.

@@ -1,0 +1,104 @@
+//! The key-value store over MPI, with two ranks on this machine: this test starts itself
+//! under `mpirun -np 2`, and each rank runs [`rank_side`].
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ember_mpi::{MpiCollective, mpirun_command};
+use ember_plan::collective::Collective;
+use ember_plan::{Plan, Precision};
+
+const TEST: &str = "two_ranks_share_a_key_value_store";
+const RANK_ENV: &str = "OMPI_COMM_WORLD_RANK";
+
+#[test]
+fn two_ranks_share_a_key_value_store() {
+    if let Ok(rank) = std::env::var(RANK_ENV) {
+        rank_side(rank.parse().expect("OpenMPI's rank"));
+        return;
+    }
+    let found = Command::new("mpirun").arg("--version").output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: OpenMPI's mpirun is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let me = std::env::current_exe().expect("the test binary");
+    let args = [TEST, "--exact", "--nocapture", "--test-threads=1"].map(String::from);
+    let out = mpirun_command(2, me, &args).output().expect("mpirun runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for rank in 0..2 {
+        assert!(
+            stdout.contains(&format!("rank {rank}: store checked")),
+            "{stdout}\n{stderr}"
+        );
+    }
+}
+
+/// What each of the two ranks checks.
+fn rank_side(rank: usize) {
+    let plan = Plan {
+        world_size: 2,
+        global_rank: rank,
+        local_rank: rank,
+        ..Plan::local("cpu", Precision::F32True)
+    };
+    let collective = MpiCollective::join(&plan, Duration::from_secs(60)).expect("MPI joins");
+    let store = collective.key_value_store().expect("a store");
+    let again = collective.key_value_store().expect("the same store");
+    assert!(
+        Arc::ptr_eq(&store, &again),
+        "a second call gives the same store"
+    );
+    let other = 1 - rank;
+    let wait = Duration::from_secs(20);
+
+    // A get waits for a put another rank makes later; values are bytes, zeros included.
+    let value = |r: usize| vec![r as u8, 0, 255, b'k'];
+    if rank == 0 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    store.put(&format!("from/{rank}"), &value(rank)).unwrap();
+    let got = store.get(&format!("from/{other}"), wait).unwrap();
+    assert_eq!(got, Some(value(other)));
+
+    // Absent keys: try_get says so at once, get after its timeout.
+    assert_eq!(store.try_get("never").unwrap(), None);
+    let start = Instant::now();
+    assert_eq!(
+        store.get("never", Duration::from_millis(100)).unwrap(),
+        None
+    );
+    assert!(start.elapsed() >= Duration::from_millis(100));
+
+    // A later put replaces a value.
+    if rank == 0 {
+        store.put("replaced", b"first").unwrap();
+        store.put("replaced", b"second").unwrap();
+    }
+    collective.barrier().unwrap();
+    assert_eq!(store.try_get("replaced").unwrap(), Some(b"second".to_vec()));
+
+    // Many threads of both ranks at once, each waiting for its peer on the other rank.
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                store.put(&format!("t/{rank}/{t}"), &[t as u8; 3]).unwrap();
+                store.get(&format!("t/{other}/{t}"), wait).unwrap()
+            })
+        })
+        .collect();
+    for (t, thread) in threads.into_iter().enumerate() {
+        assert_eq!(thread.join().unwrap(), Some(vec![t as u8; 3]));
+    }
+
+    // Dropping the collective closes the store for whoever still holds it.
+    drop(again);
+    drop(collective);
+    let err = store.put("late", b"x").unwrap_err().to_string();
+    assert!(err.contains("closed"), "{err}");
+    println!("rank {rank}: store checked");
+}
