@@ -238,3 +238,55 @@ fn the_cpu_plugin_makes_the_devices_asked_for() {
     let two = Client::with_options(api, &[("cpu_device_count", OptionValue::Int(2))]).unwrap();
     assert_eq!(two.device_count(), 2);
 }
+
+/// A store that counts the calls a plugin makes into it and holds nothing.
+#[derive(Default)]
+struct CountingStore {
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl ember_accel_tpu_xla::pjrt::KeyValueStore for CountingStore {
+    fn put(&self, _: &str, _: &[u8]) -> anyhow::Result<()> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn get(&self, _: &str, _: std::time::Duration) -> anyhow::Result<Option<Vec<u8>>> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(None)
+    }
+    fn try_get(&self, _: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(None)
+    }
+}
+
+/// What stops a run over several hosts on the pinned CPU plugin: it takes a key-value store
+/// and never calls it (its C API client has no distributed runtime), and it refuses the
+/// options that would say which of several processes it is.
+#[test]
+fn the_cpu_plugin_takes_a_store_but_has_no_distributed_runtime() {
+    let Ok(path) = plugin::find() else {
+        eprintln!("skip: no PJRT plugin");
+        return;
+    };
+    if path.file_name() != Some(std::ffi::OsStr::new(plugin::CACHED_PLUGIN)) {
+        eprintln!("skip: {} is not the pinned CPU plugin", path.display());
+        return;
+    }
+    let api = Api::load(&path).expect("load plugin");
+    let store = std::sync::Arc::new(CountingStore::default());
+    let two = [("cpu_device_count", OptionValue::Int(2))];
+    let client = Client::with_store(api, &two, store.clone()).unwrap();
+    assert_eq!(client.device_count(), 2);
+    drop(client);
+    assert_eq!(store.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    for option in ["num_nodes", "node_id"] {
+        let asked = [two[0], (option, OptionValue::Int(2))];
+        let err = Client::with_store(api, &asked, store.clone()).err();
+        let err = err.expect("the CPU plugin refuses the option").to_string();
+        assert!(
+            err.contains("PJRT_Client_Create") && err.contains(option),
+            "{err}"
+        );
+    }
+}

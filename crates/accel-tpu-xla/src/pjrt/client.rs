@@ -1,8 +1,12 @@
 //! A PJRT client and what it makes: device buffers and compiled executables.
 
 use std::ptr;
+use std::sync::Arc;
+
+use ember_core::collective::KeyValueStore;
 
 use super::api::{Api, PjrtError, Result, pjrt_call, text};
+use super::key_value::StoreCallbacks;
 use super::sys;
 
 /// The element types ember moves through PJRT buffers.
@@ -57,6 +61,8 @@ pub struct Client {
     raw: *mut sys::PJRT_Client,
     devices: Vec<*mut sys::PJRT_Device>,
     platform: String,
+    /// The key-value store the plugin's callbacks reach, kept until the client is destroyed.
+    _store: Option<Box<StoreCallbacks>>,
 }
 
 // SAFETY: PJRT clients, buffers and executables may be used from any thread.
@@ -83,6 +89,27 @@ impl Client {
     /// `cpu_device_count`). What a plugin does with a name it does not know is its own: newer
     /// builds refuse it, `xla-cpu-pjrt` 0.0.1 ignores it.
     pub fn with_options(api: &'static Api, options: &[(&str, OptionValue)]) -> Result<Client> {
+        Self::create(api, options, None)
+    }
+
+    /// Creates a client of `api`'s plugin that bootstraps through `store`, shared by every
+    /// process of a run: its distributed runtime swaps each process's devices (and later
+    /// collective ids) there. The options say which process this is, in the plugin's names
+    /// (XLA's GPU plugin: `node_id`, `num_nodes`). A plugin without a distributed runtime
+    /// never calls the store.
+    pub fn with_store(
+        api: &'static Api,
+        options: &[(&str, OptionValue)],
+        store: Arc<dyn KeyValueStore>,
+    ) -> Result<Client> {
+        Self::create(api, options, Some(StoreCallbacks::new(store)))
+    }
+
+    fn create(
+        api: &'static Api,
+        options: &[(&str, OptionValue)],
+        store: Option<Box<StoreCallbacks>>,
+    ) -> Result<Client> {
         let named: Vec<sys::PJRT_NamedValue> = options
             .iter()
             .map(|(name, value)| {
@@ -112,12 +139,16 @@ impl Client {
             num_options: named.len(),
             ..Default::default()
         };
+        if let Some(store) = &store {
+            store.install(&mut args);
+        }
         pjrt_call!(api, PJRT_Client_Create, &mut args)?;
         let mut client = Client {
             api,
             raw: args.client,
             devices: Vec::new(),
             platform: String::new(),
+            _store: store,
         };
         let mut devices = sys::PJRT_Client_AddressableDevices_Args {
             struct_size: sys::PJRT_Client_AddressableDevices_Args_STRUCT_SIZE as usize,

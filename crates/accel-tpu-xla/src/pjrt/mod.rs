@@ -3,8 +3,11 @@
 
 pub(crate) mod api;
 mod client;
+mod key_value;
 pub mod plugin;
 mod sys;
 
 pub use api::{Api, PjrtError, Result};
 pub use client::{Buffer, Client, ElementType, Executable, OptionValue, Running};
+/// What [`Client::with_store`] takes (ember's host collectives serve one).
+pub use ember_core::collective::KeyValueStore;
