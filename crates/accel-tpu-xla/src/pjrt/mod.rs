@@ -3,11 +3,13 @@
 
 pub(crate) mod api;
 mod client;
+mod executable;
 mod key_value;
 pub mod plugin;
 mod sys;
 
 pub use api::{Api, PjrtError, Result};
-pub use client::{Buffer, Client, ElementType, Executable, OptionValue, Running};
+pub use client::{Buffer, Client, ElementType, OptionValue, Running};
 /// What [`Client::with_store`] takes (ember's host collectives serve one).
 pub use ember_core::collective::KeyValueStore;
+pub use executable::Executable;
