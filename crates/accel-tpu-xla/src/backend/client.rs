@@ -2,7 +2,7 @@
 //! [`XlaClient::mark_step`] or at a cap compiles the recorded segment once per shape of
 //! program, starts it without waiting for it, and keeps what is still referenced on the device.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use burn_std::future::DynFut;
 use super::clients::Placement;
 use super::data::{self, dims, element_type};
 use super::device::XlaDevice;
+use super::in_flight::InFlight;
 use super::rows;
 use super::runtime::{Runtime, runtime};
 use super::segment::{self, Failure};
@@ -29,11 +30,6 @@ use crate::pjrt::{Buffer, Executable, Running};
 /// program size.
 const MAX_OPS: usize = 20_000;
 
-/// Programs started and not waited for, at most: the host records the next segment while the
-/// device runs this one, and waits before it starts a third (a host that runs ahead cannot pile
-/// up batches on the device).
-const MAX_IN_FLIGHT: usize = 2;
-
 /// What one device's client holds: the ops since the last cut, the live device tensors, the
 /// tensors that could not be made, with why, and the programs still running.
 #[derive(Default)]
@@ -45,7 +41,7 @@ struct State {
     /// The batch tensors of a device spanning several: programs split them by rows.
     split: HashSet<TensorId>,
     failed: HashMap<TensorId, Failure>,
-    in_flight: VecDeque<Running>,
+    in_flight: InFlight<Running>,
 }
 
 impl State {
@@ -221,8 +217,8 @@ impl XlaClient {
     }
 
     /// Starts a segment's program (on each device this client's device spans), keeping its
-    /// outputs; waits for the oldest program still running when more than [`MAX_IN_FLIGHT`]
-    /// would be.
+    /// outputs; waits for the oldest programs still running while more are than [`InFlight`]
+    /// allows.
     fn run(
         &self,
         state: &mut State,
@@ -235,7 +231,11 @@ impl XlaClient {
         let scalars = bound
             .scalars
             .iter()
-            .map(|(dtype, values)| self.upload(&scalar_data(values, *dtype)))
+            .map(|(dtype, values)| {
+                let data = scalar_data(values, *dtype);
+                state.in_flight.copied(data.bytes.len() * self.device.span);
+                self.upload(&data)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut inputs: Vec<&[Buffer]> = Vec::with_capacity(bound.inputs.len() + scalars.len());
         for id in &bound.inputs {
@@ -262,9 +262,8 @@ impl XlaClient {
         };
         let (outs, running) = started.map_err(|e| fail(e.to_string()))?;
         rt.record_cut(launching - start - compiling, launching.elapsed());
-        state.in_flight.push_back(running);
-        if state.in_flight.len() > MAX_IN_FLIGHT {
-            let oldest = state.in_flight.pop_front().expect("more than the cap");
+        state.in_flight.started(running);
+        while let Some(oldest) = state.in_flight.over_limit() {
             let waiting = Instant::now();
             let waited = oldest.wait();
             rt.record_wait(waiting.elapsed());
@@ -296,6 +295,7 @@ impl XlaClient {
         } else {
             data.convert_dtype(out.dtype)
         };
+        state.in_flight.copied(data.bytes.len() * self.device.span);
         match self.upload(&data) {
             Ok(buffers) => {
                 state.tensors.insert(out.id, buffers);
@@ -445,8 +445,7 @@ impl RunnerClient for XlaClient {
         let mut state = self.state.lock().expect("xla state lock");
         self.flush(&mut state)?;
         let waiting = Instant::now();
-        let in_flight = std::mem::take(&mut state.in_flight);
-        let waited = in_flight.into_iter().try_for_each(Running::wait);
+        let waited = state.in_flight.take_all().try_for_each(Running::wait);
         self.runtime()?.record_wait(waiting.elapsed());
         waited.map_err(|e| fail(e.to_string()))
     }
@@ -474,6 +473,8 @@ impl RunnerClient for XlaClient {
         };
         let buffers = buffers.unwrap_or_else(|e| panic!("{e}"));
         let mut state = self.state.lock().expect("xla state lock");
+        let copies = if split { 1 } else { self.device.span };
+        state.in_flight.copied(data.bytes.len() * copies);
         if batch.is_some() {
             // The next batch: what the last one recorded is a whole step.
             let _ = self.flush(&mut state);

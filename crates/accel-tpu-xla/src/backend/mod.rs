@@ -8,6 +8,7 @@ mod clients;
 mod data;
 mod device;
 mod donation;
+mod in_flight;
 mod rows;
 pub mod runtime;
 mod segment;
