@@ -222,19 +222,26 @@ fn a_program_partitioned_over_four_devices_gives_the_whole_result_on_each() {
     }
 }
 
+/// The pinned CPU plugin (setup.sh caches it), or why a test skips.
+fn pinned_cpu_plugin() -> Option<&'static Api> {
+    let Ok(path) = plugin::find() else {
+        eprintln!("skip: no PJRT plugin");
+        return None;
+    };
+    if path.file_name() != Some(std::ffi::OsStr::new(plugin::CACHED_PLUGIN)) {
+        eprintln!("skip: {} is not the pinned CPU plugin", path.display());
+        return None;
+    }
+    Some(Api::load(&path).expect("load plugin"))
+}
+
 /// The CPU plugin makes a client of as many devices as asked (`cpu_device_count`; 4 unless
 /// asked): what a process of a run over several hosts would take as its share.
 #[test]
 fn the_cpu_plugin_makes_the_devices_asked_for() {
-    let Ok(path) = plugin::find() else {
-        eprintln!("skip: no PJRT plugin");
+    let Some(api) = pinned_cpu_plugin() else {
         return;
     };
-    if path.file_name() != Some(std::ffi::OsStr::new(plugin::CACHED_PLUGIN)) {
-        eprintln!("skip: {} is not the pinned CPU plugin", path.display());
-        return;
-    }
-    let api = Api::load(&path).expect("load plugin");
     let two = Client::with_options(api, &[("cpu_device_count", OptionValue::Int(2))]).unwrap();
     assert_eq!(two.device_count(), 2);
 }
@@ -265,15 +272,9 @@ impl ember_accel_tpu_xla::pjrt::KeyValueStore for CountingStore {
 /// options that would say which of several processes it is.
 #[test]
 fn the_cpu_plugin_takes_a_store_but_has_no_distributed_runtime() {
-    let Ok(path) = plugin::find() else {
-        eprintln!("skip: no PJRT plugin");
+    let Some(api) = pinned_cpu_plugin() else {
         return;
     };
-    if path.file_name() != Some(std::ffi::OsStr::new(plugin::CACHED_PLUGIN)) {
-        eprintln!("skip: {} is not the pinned CPU plugin", path.display());
-        return;
-    }
-    let api = Api::load(&path).expect("load plugin");
     let store = std::sync::Arc::new(CountingStore::default());
     let two = [("cpu_device_count", OptionValue::Int(2))];
     let client = Client::with_store(api, &two, store.clone()).unwrap();

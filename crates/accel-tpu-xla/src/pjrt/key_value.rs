@@ -55,14 +55,23 @@ unsafe fn error(
     }
 }
 
-/// The key a callback names, as text.
+/// The key a callback names, as text; else the INVALID_ARGUMENT error to return.
 ///
 /// # Safety
-/// `key` points to `len` bytes.
-unsafe fn key<'a>(key: *const c_char, len: usize) -> Result<&'a str, String> {
+/// `key` points to `len` bytes; `callback_error` is the plugin's error constructor.
+unsafe fn key<'a>(
+    key: *const c_char,
+    len: usize,
+    callback_error: *mut sys::PJRT_CallbackError,
+) -> Result<&'a str, *mut sys::PJRT_Error> {
     // SAFETY: the plugin passes a pointer to `len` bytes that outlive the call.
     let bytes = unsafe { std::slice::from_raw_parts(key.cast::<u8>(), len) };
-    std::str::from_utf8(bytes).map_err(|_| format!("a key that is not UTF-8: {bytes:?}"))
+    std::str::from_utf8(bytes).map_err(|_| {
+        let message = format!("key-value store: a key that is not UTF-8: {bytes:?}");
+        let code = sys::PJRT_Error_Code_PJRT_Error_Code_INVALID_ARGUMENT;
+        // SAFETY: the plugin's error constructor.
+        unsafe { error(callback_error, code, &message) }
+    })
 }
 
 /// Asks the store, turning a panic in it into an error (none may cross into the plugin).
@@ -112,30 +121,60 @@ fn value_layout(len: usize) -> Layout {
     Layout::from_size_align(HEADER + len, align_of::<usize>()).expect("a value's layout")
 }
 
+/// A get's out-fields: the value, its length, and how the plugin frees it.
+struct GetOut<'a> {
+    value: &'a mut *mut c_char,
+    size: &'a mut usize,
+    deleter: &'a mut sys::PJRT_KeyValueGetCallback_ValueDeleter,
+}
+
+/// Answers a get: a found value handed over through `out`, a missing key as an error of
+/// code `absent` saying `why`, a failed store as UNAVAILABLE.
+///
+/// # Safety
+/// `callback_error` is the pointer the plugin passed in the callback's args.
+unsafe fn answer_get(
+    found: Result<Option<Vec<u8>>, String>,
+    out: GetOut<'_>,
+    absent: sys::PJRT_Error_Code,
+    why: impl FnOnce() -> String,
+    callback_error: *mut sys::PJRT_CallbackError,
+) -> *mut sys::PJRT_Error {
+    let (code, message) = match found {
+        Ok(Some(value)) => {
+            *out.size = value.len();
+            *out.value = give_value(&value);
+            *out.deleter = Some(free_value);
+            return ptr::null_mut();
+        }
+        Ok(None) => (absent, why()),
+        Err(e) => (sys::PJRT_Error_Code_PJRT_Error_Code_UNAVAILABLE, e),
+    };
+    // SAFETY: the plugin's error constructor.
+    unsafe { error(callback_error, code, &message) }
+}
+
 /// `kv_get`: waits up to the timeout for the key.
 unsafe extern "C" fn kv_get(args: *mut sys::PJRT_KeyValueGetCallback_Args) -> *mut sys::PJRT_Error {
     // SAFETY: the plugin passes valid args whose user argument is our StoreCallbacks.
     let args = unsafe { &mut *args };
     let callbacks = unsafe { &*args.user_arg.cast::<StoreCallbacks>() };
     let timeout = Duration::from_millis(args.timeout_in_ms.max(0) as u64);
-    // SAFETY: the key's pointer and length come from the plugin.
-    let found = unsafe { key(args.key, args.key_size) }
-        .and_then(|key| ask(|| callbacks.store.get(key, timeout)).map(|v| (key, v)));
-    let (code, message) = match found {
-        Ok((_, Some(value))) => {
-            args.value_size = value.len();
-            args.value = give_value(&value);
-            args.value_deleter_callback = Some(free_value);
-            return ptr::null_mut();
-        }
-        Ok((key, None)) => (
-            sys::PJRT_Error_Code_PJRT_Error_Code_DEADLINE_EXCEEDED,
-            format!("key-value store: no process put {key:?} within {timeout:?}"),
-        ),
-        Err(e) => (sys::PJRT_Error_Code_PJRT_Error_Code_UNAVAILABLE, e),
+    // SAFETY: the key's pointer and length and the error constructor come from the plugin.
+    let key = match unsafe { key(args.key, args.key_size, args.callback_error) } {
+        Ok(key) => key,
+        Err(e) => return e,
     };
+    let found = ask(|| callbacks.store.get(key, timeout));
+    let why = || format!("key-value store: no process put {key:?} within {timeout:?}");
+    let out = GetOut {
+        value: &mut args.value,
+        size: &mut args.value_size,
+        deleter: &mut args.value_deleter_callback,
+    };
+    let absent = sys::PJRT_Error_Code_PJRT_Error_Code_DEADLINE_EXCEEDED;
     // SAFETY: the plugin's error constructor.
-    unsafe { error(args.callback_error, code, &message) }
+    unsafe { answer_get(found, out, absent, why, args.callback_error) }
 }
 
 /// `kv_try_get`: the key's value if it is there, else NOT_FOUND.
@@ -145,24 +184,21 @@ unsafe extern "C" fn kv_try_get(
     // SAFETY: as in kv_get.
     let args = unsafe { &mut *args };
     let callbacks = unsafe { &*args.user_arg.cast::<StoreCallbacks>() };
-    // SAFETY: the key's pointer and length come from the plugin.
-    let found = unsafe { key(args.key, args.key_size) }
-        .and_then(|key| ask(|| callbacks.store.try_get(key)).map(|v| (key, v)));
-    let (code, message) = match found {
-        Ok((_, Some(value))) => {
-            args.value_size = value.len();
-            args.value = give_value(&value);
-            args.value_deleter_callback = Some(free_value);
-            return ptr::null_mut();
-        }
-        Ok((key, None)) => (
-            sys::PJRT_Error_Code_PJRT_Error_Code_NOT_FOUND,
-            format!("key-value store: no process has put {key:?}"),
-        ),
-        Err(e) => (sys::PJRT_Error_Code_PJRT_Error_Code_UNAVAILABLE, e),
+    // SAFETY: the key's pointer and length and the error constructor come from the plugin.
+    let key = match unsafe { key(args.key, args.key_size, args.callback_error) } {
+        Ok(key) => key,
+        Err(e) => return e,
     };
+    let found = ask(|| callbacks.store.try_get(key));
+    let why = || format!("key-value store: no process has put {key:?}");
+    let out = GetOut {
+        value: &mut args.value,
+        size: &mut args.value_size,
+        deleter: &mut args.value_deleter_callback,
+    };
+    let absent = sys::PJRT_Error_Code_PJRT_Error_Code_NOT_FOUND;
     // SAFETY: the plugin's error constructor.
-    unsafe { error(args.callback_error, code, &message) }
+    unsafe { answer_get(found, out, absent, why, args.callback_error) }
 }
 
 /// `kv_put`: sets the key for every process.
@@ -172,18 +208,17 @@ unsafe extern "C" fn kv_put(args: *mut sys::PJRT_KeyValuePutCallback_Args) -> *m
     let callbacks = unsafe { &*args.user_arg.cast::<StoreCallbacks>() };
     // SAFETY: the value's pointer and length come from the plugin.
     let value = unsafe { std::slice::from_raw_parts(args.value.cast::<u8>(), args.value_size) };
-    // SAFETY: the key's pointer and length come from the plugin.
-    let put = unsafe { key(args.key, args.key_size) }
-        .and_then(|key| ask(|| callbacks.store.put(key, value)));
-    match put {
+    // SAFETY: the key's pointer and length and the error constructor come from the plugin.
+    let key = match unsafe { key(args.key, args.key_size, args.callback_error) } {
+        Ok(key) => key,
+        Err(e) => return e,
+    };
+    match ask(|| callbacks.store.put(key, value)) {
         Ok(()) => ptr::null_mut(),
         // SAFETY: the plugin's error constructor.
         Err(e) => unsafe {
-            error(
-                args.callback_error,
-                sys::PJRT_Error_Code_PJRT_Error_Code_UNAVAILABLE,
-                &e,
-            )
+            let code = sys::PJRT_Error_Code_PJRT_Error_Code_UNAVAILABLE;
+            error(args.callback_error, code, &e)
         },
     }
 }

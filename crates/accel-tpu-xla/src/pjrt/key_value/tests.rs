@@ -88,6 +88,11 @@ impl Plugin {
 
     /// Puts; Err with the error's code and message.
     fn put(&self, key: &str, value: &[u8]) -> Result<(), (sys::PJRT_Error_Code, String)> {
+        self.put_bytes(key.as_bytes(), value)
+    }
+
+    /// Puts under a key of any bytes.
+    fn put_bytes(&self, key: &[u8], value: &[u8]) -> Result<(), (sys::PJRT_Error_Code, String)> {
         let mut args = sys::PJRT_KeyValuePutCallback_Args {
             struct_size: sys::PJRT_KeyValuePutCallback_Args_STRUCT_SIZE as usize,
             key: key.as_ptr().cast(),
@@ -212,4 +217,7 @@ fn store_failures_and_panics_come_back_as_errors() {
     let (code, message) = plugin.put("panics", b"x").unwrap_err();
     assert_eq!(code, sys::PJRT_Error_Code_PJRT_Error_Code_UNAVAILABLE);
     assert!(message.contains("panicked"), "{message}");
+    let (code, message) = plugin.put_bytes(&[0xff, 0xfe], b"x").unwrap_err();
+    assert_eq!(code, sys::PJRT_Error_Code_PJRT_Error_Code_INVALID_ARGUMENT);
+    assert!(message.contains("not UTF-8"), "{message}");
 }
