@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ember_plan::collective::KeyValueStore;
-use mpi::point_to_point::Status;
+use mpi::point_to_point::{Message, Status};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
@@ -140,7 +140,7 @@ impl MpiKeyValueStore {
             .expect("the closure always gives a tag");
         let root = self.comm.process_at_rank(0);
         root.send_with_tag(&request.encode(tag)[..], REQUEST);
-        let (mut reply, _) = root.receive_vec_with_tag::<u8>(tag);
+        let mut reply = wait_for(|| root.immediate_matched_probe_with_tag(tag));
         match reply.first().copied() {
             Some(FOUND) => {
                 reply.remove(0);
@@ -189,6 +189,17 @@ impl KeyValueStore for MpiKeyValueStore {
     }
 }
 
+/// The bytes of the message `probe` finds, polling every [`IDLE`] until it finds one (a
+/// blocking receive would spin a core for as long as a get waits).
+fn wait_for(probe: impl Fn() -> Option<(Message, Status)>) -> Vec<u8> {
+    loop {
+        if let Some(found) = probe() {
+            return found.matched_receive_vec().0;
+        }
+        std::thread::sleep(IDLE);
+    }
+}
+
 /// A get waiting for its key.
 struct Waiting {
     source: i32,
@@ -208,6 +219,7 @@ fn serve(comm: &SimpleCommunicator) {
         comm.process_at_rank(source).send_with_tag(&reply[..], tag);
     };
     loop {
+        // Polled, not a blocking probe: OpenMPI's blocking calls spin a core while they wait.
         let Some(probed) = comm.any_process().immediate_matched_probe_with_tag(REQUEST) else {
             let now = Instant::now();
             waiting.retain(|w| {
