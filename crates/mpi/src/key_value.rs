@@ -22,7 +22,8 @@ const REQUEST: i32 = 1;
 /// [`LAST_REPLY_TAG`] (MPI guarantees tags up to 32767) and round again.
 const FIRST_REPLY_TAG: i32 = 2;
 const LAST_REPLY_TAG: i32 = 32_767;
-/// How long rank 0's thread sleeps when no request came (and between deadline checks).
+/// How long a poll sleeps when nothing came: rank 0's thread between requests (checking the
+/// waiting gets' deadlines), a rank between looks for its answer.
 const IDLE: Duration = Duration::from_millis(1);
 
 /// The store, as one rank sees it.

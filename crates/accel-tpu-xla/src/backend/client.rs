@@ -217,8 +217,8 @@ impl XlaClient {
     }
 
     /// Starts a segment's program (on each device this client's device spans), keeping its
-    /// outputs; waits for the oldest programs still running while more are than [`InFlight`]
-    /// allows.
+    /// outputs; waits for the oldest programs still running while [`InFlight`] says the host
+    /// has run too far ahead.
     fn run(
         &self,
         state: &mut State,
