@@ -9,8 +9,9 @@
 //! passes it to the job (ember-core's `RunContext`), which hands it to the Trainer, so a
 //! model's code never handles it.
 
+use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::plan::Plan;
@@ -131,6 +132,41 @@ pub trait KeyValueStore: Send + Sync {
     fn try_get(&self, key: &str) -> anyhow::Result<Option<Vec<u8>>>;
 }
 
+/// A [`KeyValueStore`] in this process's memory: the store of a one-process run
+/// ([`SingleProcess`]), and of threads standing in for processes (tests of a runtime's
+/// bootstrap).
+#[derive(Debug, Default)]
+pub struct LocalKeyValueStore {
+    values: Mutex<HashMap<String, Vec<u8>>>,
+    /// Signalled at every put, for the gets waiting.
+    put: Condvar,
+}
+
+impl LocalKeyValueStore {
+    fn values(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
+        self.values.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl KeyValueStore for LocalKeyValueStore {
+    fn put(&self, key: &str, value: &[u8]) -> anyhow::Result<()> {
+        self.values().insert(key.to_owned(), value.to_vec());
+        self.put.notify_all();
+        Ok(())
+    }
+
+    fn get(&self, key: &str, timeout: Duration) -> anyhow::Result<Option<Vec<u8>>> {
+        let (values, _) = (self.put)
+            .wait_timeout_while(self.values(), timeout, |v| !v.contains_key(key))
+            .unwrap_or_else(|e| e.into_inner());
+        Ok(values.get(key).cloned())
+    }
+
+    fn try_get(&self, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(self.values().get(key).cloned())
+    }
+}
+
 /// Copies this rank's part of `all` (parts of `counts` elements, in rank order) into `out`.
 fn own_part<T: Copy>(
     all: &[T],
@@ -176,6 +212,11 @@ impl Collective for SingleProcess {
     fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
         Ok(vec![bytes.to_vec()])
     }
+    /// The process's one [`LocalKeyValueStore`].
+    fn key_value_store(&self) -> anyhow::Result<Arc<dyn KeyValueStore>> {
+        static STORE: OnceLock<Arc<LocalKeyValueStore>> = OnceLock::new();
+        Ok(STORE.get_or_init(Arc::default).clone())
+    }
     fn abort(&self, code: i32) -> ! {
         std::process::exit(code)
     }
@@ -196,4 +237,43 @@ pub trait Engine {
     /// plan's ranks. A collective that waits longer than `timeout` for the other ranks ends
     /// the run.
     fn join(&self, plan: &Plan, timeout: Duration) -> anyhow::Result<Rc<dyn Collective>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn a_local_store_gets_what_another_thread_puts_later() {
+        let store = Arc::new(LocalKeyValueStore::default());
+        let putter = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                store.put("k", &[0, 255]).unwrap();
+            })
+        };
+        assert_eq!(store.try_get("k").unwrap(), None);
+        let got = store.get("k", Duration::from_secs(10)).unwrap();
+        assert_eq!(got, Some(vec![0, 255]));
+        putter.join().unwrap();
+        store.put("k", b"new").unwrap();
+        assert_eq!(store.try_get("k").unwrap(), Some(b"new".to_vec()));
+        let start = Instant::now();
+        assert_eq!(
+            store.get("absent", Duration::from_millis(20)).unwrap(),
+            None
+        );
+        assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_one_process_run_has_one_store() {
+        let first = SingleProcess.key_value_store().unwrap();
+        first.put("single/one", b"1").unwrap();
+        let again = SingleProcess.key_value_store().unwrap();
+        assert_eq!(again.try_get("single/one").unwrap(), Some(b"1".to_vec()));
+    }
 }

@@ -31,7 +31,7 @@ pub use accelerator::AcceleratorKind;
 pub use catalog::{AcceleratorSpec, Catalog};
 pub use check::PlanCheck;
 pub use cluster::{ClusterEnvironment, Env, Ranks};
-pub use collective::{Collective, Engine, KeyValueStore, ReduceOp};
+pub use collective::{Collective, Engine, KeyValueStore, LocalKeyValueStore, ReduceOp};
 pub use connector::connect;
 pub use devices::DevicesFlag;
 pub use error::{FlagError, PlanResult};

@@ -2,39 +2,30 @@
 //! with the plugin's error constructor stood in for.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::{Condvar, Mutex};
 use std::time::Instant;
+
+use ember_core::collective::LocalKeyValueStore;
 
 use super::*;
 
-/// A store in this process's memory.
+/// A store in this process's memory that refuses the key `refused` and panics at `panics`.
 #[derive(Default)]
-struct Memory {
-    values: Mutex<HashMap<String, Vec<u8>>>,
-    changed: Condvar,
-}
+struct Memory(LocalKeyValueStore);
 
 impl KeyValueStore for Memory {
     fn put(&self, key: &str, value: &[u8]) -> anyhow::Result<()> {
         anyhow::ensure!(key != "refused", "this store refuses {key:?}");
         assert!(key != "panics", "a store that panics");
-        self.values.lock().unwrap().insert(key.into(), value.into());
-        self.changed.notify_all();
-        Ok(())
+        self.0.put(key, value)
     }
 
     fn get(&self, key: &str, timeout: Duration) -> anyhow::Result<Option<Vec<u8>>> {
-        let values = self.values.lock().unwrap();
-        let (values, _) = (self.changed)
-            .wait_timeout_while(values, timeout, |v| !v.contains_key(key))
-            .unwrap();
-        Ok(values.get(key).cloned())
+        self.0.get(key, timeout)
     }
 
     fn try_get(&self, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
-        Ok(self.values.lock().unwrap().get(key).cloned())
+        self.0.try_get(key)
     }
 }
 
