@@ -279,6 +279,11 @@ fn the_cpu_plugin_takes_a_store_but_has_no_distributed_runtime() {
     let two = [("cpu_device_count", OptionValue::Int(2))];
     let client = Client::with_store(api, &two, store.clone()).unwrap();
     assert_eq!(client.device_count(), 2);
+    assert_eq!(
+        client.global_device_count().unwrap(),
+        2,
+        "no other process's devices"
+    );
     drop(client);
     assert_eq!(store.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
     for option in ["num_nodes", "node_id"] {

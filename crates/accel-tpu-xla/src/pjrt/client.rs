@@ -188,6 +188,18 @@ impl Client {
         self.devices.len()
     }
 
+    /// How many devices the client sees in all: on a client bootstrapped with other
+    /// processes ([`Client::with_store`]), theirs too.
+    pub fn global_device_count(&self) -> Result<usize> {
+        let mut args = sys::PJRT_Client_Devices_Args {
+            struct_size: sys::PJRT_Client_Devices_Args_STRUCT_SIZE as usize,
+            client: self.raw,
+            ..Default::default()
+        };
+        pjrt_call!(self.api, PJRT_Client_Devices, &mut args)?;
+        Ok(args.num_devices)
+    }
+
     fn device(&self, index: usize) -> Result<*mut sys::PJRT_Device> {
         self.devices.get(index).copied().ok_or_else(|| PjrtError {
             call: "PJRT_Client_AddressableDevices",
