@@ -8,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-tar -xzf target/gpu/ember-gpu.tar.gz -C "$bin"
+tar -xJf target/gpu/ember-gpu.tar.xz -C "$bin"
 "$bin/gpu" "${ROUNDS:-3}" --python "${PYTHON:-python3}"
