@@ -90,7 +90,7 @@ pub fn builtin_strategies() -> Vec<StrategyInfo> {
             }
             if plan.num_nodes > 1 {
                 return Err(
-                    "it drives the devices of one host; several hosts are not supported yet (use --trainer.strategy=ddp)"
+                    "it drives the devices of one host; over several hosts only its bootstrap is built, not the programs (docs/xla.md, Limits; use --trainer.strategy=ddp)"
                         .into(),
                 );
             }

@@ -709,6 +709,35 @@ fn fit_with_the_xla_strategy_on_four_devices_reaches_95_percent() {
     assert!(val_acc(&line) >= 0.95, "{line}");
 }
 
+/// The `xla` strategy over several hosts is refused when the plan is made (exit 2), naming the
+/// flag and what is missing, before any process joins.
+#[cfg(feature = "tpu-xla")]
+#[test]
+fn the_xla_strategy_over_several_hosts_is_refused_with_what_is_missing() {
+    use ember::Accelerator;
+    if !ember::xla::XlaAccelerator::is_available() {
+        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_digits"))
+        .args(["fit", "--trainer.accelerator=xla", "--trainer.strategy=xla"])
+        .args([
+            "--trainer.devices=4",
+            "--trainer.num_nodes=2",
+            "--print-plan",
+        ])
+        .env_remove("EMBER_INVENTORY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("--trainer.strategy value `xla`"), "{err}");
+    assert!(
+        err.contains("several hosts") && err.contains("ddp"),
+        "{err}"
+    );
+}
+
 /// `test` of a checkpoint under the `xla` strategy on the plugin's 4 devices reports what one
 /// device reports: the same items, their loss and accuracy reduced inside the program.
 #[cfg(feature = "tpu-xla")]
