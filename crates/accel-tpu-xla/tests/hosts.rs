@@ -4,35 +4,12 @@
 //! the GPU plugin (jax's CUDA plugin on a GPU machine: `scripts/gpu-check.sh` runs this test
 //! there); with the CPU plugin it skips, and `tests/pjrt.rs` shows what stops that plugin.
 
+mod store;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use ember_accel_tpu_xla::pjrt::{Api, Client, KeyValueStore, OptionValue, plugin};
-use ember_core::collective::LocalKeyValueStore;
-
-/// A store in memory that counts the puts and gets made of it.
-#[derive(Default)]
-struct Counted {
-    store: LocalKeyValueStore,
-    puts: AtomicUsize,
-    gets: AtomicUsize,
-}
-
-impl KeyValueStore for Counted {
-    fn put(&self, key: &str, value: &[u8]) -> anyhow::Result<()> {
-        self.puts.fetch_add(1, Ordering::SeqCst);
-        self.store.put(key, value)
-    }
-    fn get(&self, key: &str, timeout: Duration) -> anyhow::Result<Option<Vec<u8>>> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        self.store.get(key, timeout)
-    }
-    fn try_get(&self, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        self.store.try_get(key)
-    }
-}
+use store::CountedStore;
 
 #[test]
 fn the_gpu_plugin_bootstraps_two_nodes_through_a_key_value_store() {
@@ -53,7 +30,7 @@ fn the_gpu_plugin_bootstraps_two_nodes_through_a_key_value_store() {
         );
         return;
     }
-    let store = Arc::new(Counted::default());
+    let store = Arc::new(CountedStore::default());
     let clients: Vec<Client> = std::thread::scope(|scope| {
         let making: Vec<_> = (0..2)
             .map(|node| {
@@ -72,10 +49,7 @@ fn the_gpu_plugin_bootstraps_two_nodes_through_a_key_value_store() {
         let made = making.into_iter().map(|t| t.join().expect("no panic"));
         made.map(|c| c.expect("a client of two nodes")).collect()
     });
-    let (puts, gets) = (
-        store.puts.load(Ordering::SeqCst),
-        store.gets.load(Ordering::SeqCst),
-    );
+    let (puts, gets) = store.calls();
     eprintln!("{platform}: the bootstrap made {puts} puts and {gets} gets");
     assert!(puts >= 2 && gets >= 1, "{puts} puts, {gets} gets");
     for client in &clients {

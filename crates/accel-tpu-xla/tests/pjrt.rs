@@ -1,5 +1,9 @@
 //! The PJRT runtime against a real plugin (the CPU plugin setup.sh caches).
 
+mod store;
+
+use store::CountedStore;
+
 use ember_accel_tpu_xla::pjrt::{
     Api, Buffer, Client, ElementType, Executable, OptionValue, plugin,
 };
@@ -246,27 +250,6 @@ fn the_cpu_plugin_makes_the_devices_asked_for() {
     assert_eq!(two.device_count(), 2);
 }
 
-/// A store that counts the calls a plugin makes into it and holds nothing.
-#[derive(Default)]
-struct CountingStore {
-    calls: std::sync::atomic::AtomicUsize,
-}
-
-impl ember_accel_tpu_xla::pjrt::KeyValueStore for CountingStore {
-    fn put(&self, _: &str, _: &[u8]) -> anyhow::Result<()> {
-        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
-    fn get(&self, _: &str, _: std::time::Duration) -> anyhow::Result<Option<Vec<u8>>> {
-        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(None)
-    }
-    fn try_get(&self, _: &str) -> anyhow::Result<Option<Vec<u8>>> {
-        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(None)
-    }
-}
-
 /// What stops a run over several hosts on the pinned CPU plugin: it takes a key-value store
 /// and never calls it (its C API client has no distributed runtime), and it refuses the
 /// options that would say which of several processes it is.
@@ -275,7 +258,7 @@ fn the_cpu_plugin_takes_a_store_but_has_no_distributed_runtime() {
     let Some(api) = pinned_cpu_plugin() else {
         return;
     };
-    let store = std::sync::Arc::new(CountingStore::default());
+    let store = std::sync::Arc::new(CountedStore::default());
     let two = [("cpu_device_count", OptionValue::Int(2))];
     let client = Client::with_store(api, &two, store.clone()).unwrap();
     assert_eq!(client.device_count(), 2);
@@ -285,7 +268,7 @@ fn the_cpu_plugin_takes_a_store_but_has_no_distributed_runtime() {
         "no other process's devices"
     );
     drop(client);
-    assert_eq!(store.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(store.calls(), (0, 0));
     for option in ["num_nodes", "node_id"] {
         let asked = [two[0], (option, OptionValue::Int(2))];
         let err = Client::with_store(api, &asked, store.clone()).err();
