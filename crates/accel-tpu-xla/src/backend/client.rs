@@ -61,6 +61,8 @@ pub struct XlaClient {
     placement: Arc<OnceLock<Placement>>,
     state: Arc<Mutex<State>>,
     ids: Arc<AtomicU64>,
+    /// Bytes copied to the device so far (how far ahead the host may run, [`InFlight`]).
+    copied: Arc<AtomicU64>,
 }
 
 fn fail(reason: impl Into<String>) -> ExecutionError {
@@ -77,6 +79,7 @@ impl XlaClient {
             placement: Arc::new(OnceLock::new()),
             state: Arc::new(Mutex::new(State::default())),
             ids: Arc::new(AtomicU64::new(0)),
+            copied: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -97,9 +100,20 @@ impl XlaClient {
         Ok(*self.placement.get_or_init(|| at))
     }
 
+    /// Bytes copied to the device so far.
+    fn copied(&self) -> u64 {
+        self.copied.load(Ordering::Relaxed)
+    }
+
+    /// Counts `bytes` copied to the device.
+    fn count_copied(&self, bytes: usize) {
+        self.copied.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
     /// Copies `data` to every device this client's device spans.
     fn upload(&self, data: &TensorData) -> Result<Vec<Buffer>, ExecutionError> {
         let at = self.placement()?;
+        self.count_copied(data.bytes.len() * self.device.span);
         (at.first..at.first + self.device.span)
             .map(|index| upload_to(at.client, data, index))
             .collect()
@@ -108,6 +122,7 @@ impl XlaClient {
     /// Copies each device its rows of `data` (see [`rows`]).
     fn upload_rows(&self, data: &TensorData) -> Result<Vec<Buffer>, ExecutionError> {
         let at = self.placement()?;
+        self.count_copied(data.bytes.len());
         let shards = rows::split(data, self.device.span);
         (at.first..at.first + self.device.span)
             .zip(&shards)
@@ -231,11 +246,7 @@ impl XlaClient {
         let scalars = bound
             .scalars
             .iter()
-            .map(|(dtype, values)| {
-                let data = scalar_data(values, *dtype);
-                state.in_flight.copied(data.bytes.len() * self.device.span);
-                self.upload(&data)
-            })
+            .map(|(dtype, values)| self.upload(&scalar_data(values, *dtype)))
             .collect::<Result<Vec<_>, _>>()?;
         let mut inputs: Vec<&[Buffer]> = Vec::with_capacity(bound.inputs.len() + scalars.len());
         for id in &bound.inputs {
@@ -262,8 +273,8 @@ impl XlaClient {
         };
         let (outs, running) = started.map_err(|e| fail(e.to_string()))?;
         rt.record_cut(launching - start - compiling, launching.elapsed());
-        state.in_flight.started(running);
-        while let Some(oldest) = state.in_flight.over_limit() {
+        state.in_flight.started(running, self.copied());
+        while let Some(oldest) = state.in_flight.over_limit(self.copied()) {
             let waiting = Instant::now();
             let waited = oldest.wait();
             rt.record_wait(waiting.elapsed());
@@ -295,7 +306,6 @@ impl XlaClient {
         } else {
             data.convert_dtype(out.dtype)
         };
-        state.in_flight.copied(data.bytes.len() * self.device.span);
         match self.upload(&data) {
             Ok(buffers) => {
                 state.tensors.insert(out.id, buffers);
@@ -473,8 +483,6 @@ impl RunnerClient for XlaClient {
         };
         let buffers = buffers.unwrap_or_else(|e| panic!("{e}"));
         let mut state = self.state.lock().expect("xla state lock");
-        let copies = if split { 1 } else { self.device.span };
-        state.in_flight.copied(data.bytes.len() * copies);
         if batch.is_some() {
             // The next batch: what the last one recorded is a whole step.
             let _ = self.flush(&mut state);

@@ -21,39 +21,32 @@ const MAX_PROGRAMS: usize = 64;
 /// [`MIN_PROGRAMS`]).
 const MAX_BYTES: u64 = 64 << 20;
 
-/// The running programs (`T`: what to wait on), oldest first.
+/// The running programs (`T`: what to wait on), oldest first. `copied` arguments are the
+/// bytes the host has copied to the device so far, counted by its uploads.
 pub struct InFlight<T> {
-    /// Each program, with [`Self::copied`] when it started.
+    /// Each program, with `copied` when it started.
     running: VecDeque<(T, u64)>,
-    /// Bytes copied to the device so far.
-    copied: u64,
 }
 
 impl<T> Default for InFlight<T> {
     fn default() -> Self {
         Self {
             running: VecDeque::new(),
-            copied: 0,
         }
     }
 }
 
 impl<T> InFlight<T> {
-    /// Counts `bytes` copied to the device.
-    pub fn copied(&mut self, bytes: usize) {
-        self.copied += bytes as u64;
-    }
-
     /// Adds a program just started.
-    pub fn started(&mut self, program: T) {
-        self.running.push_back((program, self.copied));
+    pub fn started(&mut self, program: T, copied: u64) {
+        self.running.push_back((program, copied));
     }
 
     /// The oldest program, if the host must wait for it before going on.
-    pub fn over_limit(&mut self) -> Option<T> {
+    pub fn over_limit(&mut self, copied: u64) -> Option<T> {
         let (_, since) = self.running.front()?;
         let count = self.running.len();
-        let bytes = self.copied - since;
+        let bytes = copied - since;
         let over = count > MIN_PROGRAMS && (count > MAX_PROGRAMS || bytes > MAX_BYTES);
         over.then(|| self.running.pop_front().expect("a program is running").0)
     }
@@ -72,12 +65,13 @@ mod tests {
 
     /// Starts `n` programs numbered from `from`, each after copying `bytes`, waiting as the
     /// client does; returns the programs waited for.
-    fn run(flight: &mut InFlight<usize>, from: usize, n: usize, bytes: usize) -> Vec<usize> {
+    fn run(flight: &mut InFlight<usize>, from: usize, n: usize, bytes: u64) -> Vec<usize> {
         let mut waited = Vec::new();
         for program in from..from + n {
-            flight.copied(bytes);
-            flight.started(program);
-            while let Some(oldest) = flight.over_limit() {
+            // Every program's batch is copied before it starts, program 0's first.
+            let copied = (program as u64 + 1) * bytes;
+            flight.started(program, copied);
+            while let Some(oldest) = flight.over_limit(copied) {
                 waited.push(oldest);
             }
         }
@@ -94,7 +88,7 @@ mod tests {
         assert_eq!(run(&mut flight, MAX_PROGRAMS, 3, 16 << 10), [0, 1, 2]);
         let all: Vec<usize> = flight.take_all().collect();
         assert_eq!(all, (3..MAX_PROGRAMS + 3).collect::<Vec<_>>());
-        assert!(flight.over_limit().is_none());
+        assert!(flight.over_limit(u64::MAX).is_none());
     }
 
     #[test]
