@@ -5,10 +5,11 @@
 //! xla it compiles the programs (its line gives how many, their seconds, and how many were
 //! compiled after the first epoch: the target is 0). Then ROUNDS rounds alternate which side
 //! goes first and time whole fits of a model whose initial weights are drawn (no validation,
-//! files or progress bar; the device is synced before the clock starts and before it stops). Over the timed xla fits the backend's counters give the cache
-//! hits and where a step's time goes: recording ops, preparing each program on the host
-//! (lowering, cache lookup, scalars and arguments), starting it in the plugin, waiting for the
-//! device (reads, and a third program held back while two run), and the rest (burn's autodiff
+//! files or progress bar; the device is synced before the clock starts and before it stops).
+//! Over the timed xla fits the backend's counters give the cache hits and where a step's time
+//! goes: recording ops, preparing each program on the host (lowering, cache lookup, scalars and
+//! arguments), starting it in the plugin, waiting for the device (reads, and programs held back
+//! while the host is too far ahead), and the rest (burn's autodiff
 //! and router, the Trainer, the batches). The device runs a program while the host records
 //! the next, so its run shows only as the waiting. Host overhead is recording plus
 //! preparing, as a share of the step. The CPU a step takes, on the thread that drives the fit

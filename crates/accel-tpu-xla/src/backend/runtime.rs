@@ -29,7 +29,8 @@ pub struct CacheStats {
     /// program has run.
     pub execute_seconds: f64,
     /// Seconds the host waited for the device: reading a value back (the programs that make it
-    /// finish first, then the copy), a sync, or a program held back while two were running.
+    /// finish first, then the copy), a sync, or a program held back while the host was too far
+    /// ahead (see `backend::in_flight`).
     pub wait_seconds: f64,
     /// Seconds spent recording ops as burn hands them over.
     pub record_seconds: f64,
