@@ -642,13 +642,22 @@ fn a_yaml_flow_list_of_callbacks_is_read_as_a_list() {
     );
 }
 
+/// Whether a PJRT plugin is there for the xla tests; says why a test skips when not.
+#[cfg(feature = "tpu-xla")]
+fn xla_available() -> bool {
+    use ember::Accelerator;
+    let found = ember::xla::XlaAccelerator::is_available();
+    if !found {
+        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+    }
+    found
+}
+
 /// `digits fit --trainer.accelerator=xla ARGS` (XLA's CPU plugin here): its summary line, or
 /// `None` (saying why) where the plugin is missing.
 #[cfg(feature = "tpu-xla")]
 fn fit_on_xla(args: &[&str]) -> Option<String> {
-    use ember::Accelerator;
-    if !ember::xla::XlaAccelerator::is_available() {
-        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+    if !xla_available() {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -714,9 +723,7 @@ fn fit_with_the_xla_strategy_on_four_devices_reaches_95_percent() {
 #[cfg(feature = "tpu-xla")]
 #[test]
 fn the_xla_strategy_over_several_hosts_is_refused_with_what_is_missing() {
-    use ember::Accelerator;
-    if !ember::xla::XlaAccelerator::is_available() {
-        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+    if !xla_available() {
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_digits"))
@@ -743,9 +750,7 @@ fn the_xla_strategy_over_several_hosts_is_refused_with_what_is_missing() {
 #[cfg(feature = "tpu-xla")]
 #[test]
 fn testing_on_four_devices_as_one_reports_what_one_device_reports() {
-    use ember::Accelerator;
-    if !ember::xla::XlaAccelerator::is_available() {
-        eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
+    if !xla_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
