@@ -180,3 +180,60 @@ fn a_model_without_a_training_step_is_an_error_naming_both_ways() {
         "{e}"
     );
 }
+
+/// Sets optimizer 0's rate from the start, as StochasticWeightAveraging does in its epochs.
+struct RateSetter;
+
+impl ember::callbacks::Callback for RateSetter {
+    fn name(&self) -> &str {
+        "RateSetter"
+    }
+
+    fn on_fit_start(
+        &mut self,
+        ctx: &mut ember::callbacks::CallbackContext<'_>,
+    ) -> anyhow::Result<()> {
+        ctx.state.override_lr(0.5, self.name());
+        Ok(())
+    }
+}
+
+#[test]
+fn a_rate_a_callback_sets_is_refused_for_a_second_optimizer_naming_that_callback() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let trainer = Trainer::on_device(FlexDevice, options(dir.path()))
+        .unwrap()
+        .with_callbacks(vec![
+            Box::new(RateSetter) as Box<dyn ember::callbacks::Callback>
+        ]);
+    let e = fit_with(trainer, Mode::ManualTwo(0.1, 0.2), None)
+        .err()
+        .unwrap();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("a callback (RateSetter) sets the learning rate") && e.contains("optimizer 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_learning_rate_finder_refuses_manual_optimization_before_it_sweeps() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = ember::options::LrFind::default();
+    let mut trainer = Trainer::on_device(FlexDevice, options(dir.path())).unwrap();
+    let model = ember_acceptance::pair::Pair::<B>::new(trainer.device(), Mode::ManualTwo(0.1, 0.2));
+    let data = &mut ember_acceptance::pair::pair_data();
+    let e = trainer.lr_find(&model, data, &settings).err().unwrap();
+    let flag = e
+        .downcast_ref::<ember::FlagError>()
+        .expect("a flag error: exit 2");
+    assert_eq!(flag.flag, "--trainer.lr_find");
+    assert!(flag.message.contains("manual optimization"), "{e:#}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing written"
+    );
+}

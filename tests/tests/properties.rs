@@ -143,7 +143,7 @@ proptest! {
                 let named = INPUTS.iter().any(|f| message.contains(f)) || message.contains("SLURM_") || message.contains("OMPI_");
                 prop_assert!(named, "unnamed input: {}", message);
             }
-            CliOutcome::Ran(_) | CliOutcome::Launched { .. } => {
+            CliOutcome::Ran(_) | CliOutcome::Launched { .. } | CliOutcome::Stopped { .. } => {
                 prop_assert!(false, "--print-plan must not run the job or start processes")
             }
         }

@@ -4,6 +4,7 @@
 //! one host device. Why Flex rather than NdArray: `docs/architecture.md` has the measurement.
 
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
@@ -79,33 +80,73 @@ impl Accelerator for CpuAccelerator {
     }
 }
 
-/// This process's resident memory (`rss_bytes`) and CPU use since the previous call
-/// (`cpu_percent`, 100 per fully used core), plus the host's total memory.
+/// This process's resident memory (`rss_bytes`), the host's total memory
+/// (`host_memory_total_bytes`) and the process's CPU use since the previous call (`cpu_percent`,
+/// 100 per fully used core): the CPU time all its threads took over that wall time, so it is
+/// exact however often it is asked. The first call has no interval and reports no CPU use.
 pub fn process_stats() -> DeviceStats {
-    static SYSTEM: OnceLock<Mutex<System>> = OnceLock::new();
-    let mut stats = DeviceStats::new();
-    let Ok(pid) = sysinfo::get_current_pid() else {
-        return stats;
-    };
-    let mut system = SYSTEM
-        .get_or_init(|| Mutex::new(System::new()))
+    static SAMPLER: OnceLock<Mutex<Sampler>> = OnceLock::new();
+    let mut sampler = SAMPLER
+        .get_or_init(|| {
+            Mutex::new(Sampler {
+                system: System::new(),
+                previous: None,
+            })
+        })
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    system.refresh_processes_specifics(
-        ProcessesToUpdate::Some(&[pid]),
-        true,
-        ProcessRefreshKind::nothing().with_memory().with_cpu(),
-    );
-    system.refresh_memory();
-    if let Some(process) = system.process(pid) {
-        stats.insert("rss_bytes".into(), process.memory() as f64);
-        stats.insert("cpu_percent".into(), f64::from(process.cpu_usage()));
+    let mut stats = DeviceStats::new();
+    if let Some(percent) = sampler.cpu_percent() {
+        stats.insert("cpu_percent".into(), percent);
     }
+    let system = &mut sampler.system;
+    if let Ok(pid) = sysinfo::get_current_pid() {
+        system.refresh_processes_specifics(
+            ProcessesToUpdate::Some(&[pid]),
+            true,
+            ProcessRefreshKind::nothing().with_memory(),
+        );
+        if let Some(process) = system.process(pid) {
+            stats.insert("rss_bytes".into(), process.memory() as f64);
+        }
+    }
+    system.refresh_memory();
     stats.insert(
         "host_memory_total_bytes".into(),
         system.total_memory() as f64,
     );
     stats
+}
+
+/// What [`process_stats`] keeps between calls.
+struct Sampler {
+    system: System,
+    /// The wall clock and this process's CPU time at the previous call.
+    previous: Option<(Instant, Duration)>,
+}
+
+impl Sampler {
+    /// The CPU time taken since the previous call as a share of the wall time, in percent.
+    fn cpu_percent(&mut self) -> Option<f64> {
+        let now = (Instant::now(), process_cpu_time()?);
+        let (wall, cpu) = self.previous.replace(now)?;
+        let elapsed = now.0.duration_since(wall).as_secs_f64();
+        (elapsed > 0.0).then(|| 100.0 * now.1.saturating_sub(cpu).as_secs_f64() / elapsed)
+    }
+}
+
+/// The CPU time every thread of this process has taken (user and system), to the nanosecond
+/// the kernel keeps.
+fn process_cpu_time() -> Option<Duration> {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `time` is a valid timespec for the call to fill.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut time) };
+    let seconds = u64::try_from(time.tv_sec).ok()?;
+    let nanos = u32::try_from(time.tv_nsec).ok()?;
+    (status == 0).then(|| Duration::new(seconds, nanos))
 }
 
 #[cfg(test)]
@@ -117,6 +158,41 @@ mod tests {
         let stats = process_stats();
         assert!(stats["rss_bytes"] > 1e6, "{stats:?}");
         assert!(stats["host_memory_total_bytes"] >= stats["rss_bytes"]);
-        assert!(stats.contains_key("cpu_percent"));
+    }
+
+    /// A thread that spins for 300 ms uses one core for that time (under load, at least part
+    /// of one), and a process that sleeps uses next to none; asked every 30 ms, as a monitor
+    /// logging every few fast steps asks.
+    #[test]
+    fn cpu_use_follows_a_busy_loop_however_often_it_is_asked() {
+        let mut sampler = Sampler {
+            system: System::new(),
+            previous: None,
+        };
+        assert_eq!(
+            sampler.cpu_percent(),
+            None,
+            "the first call has no interval"
+        );
+        let spin = |ms: u64| {
+            let until = Instant::now() + Duration::from_millis(ms);
+            let mut x = 0u64;
+            while Instant::now() < until {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            }
+        };
+        let busy: Vec<f64> = (0..10)
+            .map(|_| {
+                spin(30);
+                sampler.cpu_percent().unwrap()
+            })
+            .collect();
+        let mean = busy.iter().sum::<f64>() / busy.len() as f64;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+        // One spinning thread: about 100; other threads of the test binary may add some.
+        assert!(mean > 40.0 && mean <= 100.0 * cores + 10.0, "{busy:?}");
+        std::thread::sleep(Duration::from_millis(300));
+        let idle = sampler.cpu_percent().unwrap();
+        assert!(idle < mean, "sleeping {idle} vs spinning {mean}");
     }
 }

@@ -246,7 +246,7 @@ impl<A: App> Job for AppJob<A> {
         if let Some(settings) = self.options.batch_size_find.as_ref()
             && self.stage == Stage::Fit
         {
-            crate::batch_size_find::before_fit(settings, &mut data, &mut hparams, plan.world_size)?;
+            crate::batch_size_find::before_fit(settings, &mut data, &mut hparams)?;
         }
         hparams["plan"] = serde_json::to_value(plan)?;
         let mut trainer = Trainer::<X::Backend>::builder_for(context, self.options)

@@ -131,19 +131,10 @@ pub(crate) fn before_fit<D>(
     settings: &BatchSizeFind,
     data: &mut D,
     hparams: &mut Value,
-    world_size: usize,
 ) -> anyhow::Result<()>
 where
     D: DataModule + Serialize + DeserializeOwned,
 {
-    if world_size > 1 {
-        return Err(FlagError::new(
-            "--trainer.batch_size_find",
-            "true",
-            "one process: find the size without --trainer.devices > 1, then pass it (each rank's batch is that size)",
-        )
-        .into());
-    }
     let name = settings.batch_arg_name.as_str();
     let section = batch_key(hparams, name)?;
     data.setup(Stage::Fit)?;

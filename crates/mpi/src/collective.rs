@@ -222,8 +222,13 @@ impl Collective for MpiCollective {
         self.timed("all_gather", || {
             self.world.all_gather_into(&own, &mut counts[..])
         });
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        if total == 0 {
+            // OpenMPI refuses a gather of nothing at all (MPI_ERR_ARG): every part is empty.
+            return Ok(vec![Vec::new(); world]);
+        }
         let displs = offsets(&counts);
-        let mut all = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
+        let mut all = vec![0u8; total];
         {
             let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
             self.timed("all_gather", || {

@@ -50,9 +50,18 @@ pub fn launch(plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
         "starting {processes} ranks of {} under mpirun",
         program.display()
     );
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if processes > cores {
+        eprintln!(
+            "warning: --trainer.devices={processes} starts {processes} processes on {cores} cores: \
+             the cores are oversubscribed (ranks share cores, one compute thread each), so each rank \
+             runs slower than on a core of its own"
+        );
+    }
     let session = SessionBase::create()?;
     let mut mpirun = mpirun_command(processes, program, args)
         .env("TMPDIR", &session.0)
+        .env(AGREED_STATUS_VAR, session.agreed_status_file())
         .spawn()
         .map_err(|e| {
             anyhow::anyhow!(
@@ -62,7 +71,7 @@ pub fn launch(plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
         })?;
     let status = wait_forwarding_stops(&mut mpirun)?;
     Ok(match status.code() {
-        Some(0) => 0,
+        Some(0) => session.agreed_status()?.map_or(0, i32::from),
         Some(code) => {
             eprintln!("error: the ddp run failed: mpirun exited with status {code}");
             code
@@ -81,7 +90,44 @@ pub fn launch(plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
 /// started together on one machine could kill each other's start; each launch gets its own base.
 struct SessionBase(PathBuf);
 
+/// Variable naming the file where rank 0 of a run whose ranks all stopped on one error leaves
+/// its exit status for the launcher ([`stop_together`]).
+const AGREED_STATUS_VAR: &str = "EMBER_AGREED_EXIT_STATUS_FILE";
+
+/// A rank's exit status when every rank stopped on one error that rank 0 reported: under
+/// ember's launcher, rank 0 leaves `code` in the launcher's file and every rank ends with 0, so
+/// that `mpirun` adds no "a process returned a non-zero exit code" report to the one message
+/// (and the launcher exits with `code`). Elsewhere (`mpirun` or `srun` started by hand), `code`.
+pub(crate) fn stop_together(plan: &Plan, code: u8) -> u8 {
+    let Some(file) = std::env::var_os(AGREED_STATUS_VAR) else {
+        return code;
+    };
+    if plan.global_rank != 0 {
+        return 0;
+    }
+    match std::fs::write(&file, code.to_string()) {
+        Ok(()) => 0,
+        Err(_) => code,
+    }
+}
+
 impl SessionBase {
+    /// Where rank 0 leaves the status of a run its ranks stopped together.
+    fn agreed_status_file(&self) -> PathBuf {
+        self.0.join("agreed-exit-status")
+    }
+
+    /// The status rank 0 left, if the ranks stopped together.
+    fn agreed_status(&self) -> anyhow::Result<Option<u8>> {
+        let path = self.agreed_status_file();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => (text.trim().parse().map(Some))
+                .with_context(|| format!("{} holds no exit status", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
     fn create() -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("ember-mpirun-{}", std::process::id()));
         std::fs::create_dir_all(&dir)

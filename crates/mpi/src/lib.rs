@@ -38,4 +38,8 @@ impl Engine for MpiEngine {
     fn join(&self, plan: &Plan, timeout: Duration) -> anyhow::Result<Rc<dyn Collective>> {
         Ok(Rc::new(MpiCollective::join(plan, timeout)?))
     }
+
+    fn stop_together(&self, plan: &Plan, code: u8) -> u8 {
+        launcher::stop_together(plan, code)
+    }
 }

@@ -1,5 +1,5 @@
-//! The key-value store over MPI, with two ranks on this machine: this test starts itself
-//! under `mpirun -np 2`, and each rank runs [`rank_side`].
+//! The key-value store over MPI (and the byte gathers beside it), with two ranks on this
+//! machine: this test starts itself under `mpirun -np 2`, and each rank runs [`rank_side`].
 
 use std::process::Command;
 use std::sync::Arc;
@@ -94,6 +94,18 @@ fn rank_side(rank: usize) {
     for (t, thread) in threads.into_iter().enumerate() {
         assert_eq!(thread.join().unwrap(), Some(vec![t as u8; 3]));
     }
+
+    // The collective beside the store: a gather of nothing from every rank (OpenMPI refuses a
+    // zero-size gather), and of parts of different lengths, one of them empty.
+    assert_eq!(
+        collective.all_gather(&[]).unwrap(),
+        vec![Vec::<u8>::new(); 2]
+    );
+    let part = vec![7u8; rank * 3];
+    assert_eq!(
+        collective.all_gather(&part).unwrap(),
+        [vec![], vec![7u8; 3]]
+    );
 
     // Dropping the collective closes the store for whoever still holds it.
     drop(again);

@@ -237,6 +237,16 @@ pub trait Engine {
     /// plan's ranks. A collective that waits longer than `timeout` for the other ranks ends
     /// the run.
     fn join(&self, plan: &Plan, timeout: Duration) -> anyhow::Result<Rc<dyn Collective>>;
+
+    /// The exit status of a rank whose run stopped, every rank together, on one error that
+    /// rank 0 reports, and that calls for status `code`. By default `code`; an engine whose
+    /// [`launch`](Self::launch) started the ranks may carry `code` to it another way and
+    /// return 0, so that its process manager adds no failure report of its own to the one
+    /// message.
+    fn stop_together(&self, plan: &Plan, code: u8) -> u8 {
+        let _ = plan;
+        code
+    }
 }
 
 #[cfg(test)]

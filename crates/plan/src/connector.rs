@@ -97,7 +97,24 @@ pub fn connect(
         warnings,
     };
     check_choices(&plan, flags, catalog, &chosen_by)?;
+    check_batch_size_find(flags, &plan)?;
     Ok(plan)
+}
+
+/// The batch-size finder tries sizes in one process: a run of several is refused here, before
+/// a launcher starts them.
+fn check_batch_size_find(flags: &TrainerFlags, plan: &Plan) -> PlanResult<()> {
+    if flags.options.batch_size_find.is_none() || plan.world_size == 1 {
+        return Ok(());
+    }
+    Err(FlagError::new(
+        "--trainer.batch_size_find",
+        "true",
+        format!(
+            "false in a run of {} processes: find the size in one process (without --trainer.devices > 1), then pass it (each rank's batch is that size)",
+            plan.world_size
+        ),
+    ))
 }
 
 /// Which flag chose each plugin the plan runs, for the errors of their plan-time checks.

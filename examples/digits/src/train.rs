@@ -10,7 +10,7 @@ use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::ElementConversion as _;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use ember::{Shard, epoch_permutation};
+use ember::{FlagError, Shard, epoch_permutation};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Digits, batch_of};
@@ -42,13 +42,16 @@ impl Default for DataConfig {
 }
 
 impl DataConfig {
-    /// The train and validation sets this config describes.
+    /// The train and validation sets this config describes. A value it cannot use is a
+    /// [`FlagError`] naming its key, which the CLI reports as bad input (exit 2).
     pub fn load(&self) -> anyhow::Result<(Digits, Digits)> {
-        anyhow::ensure!(self.batch_size > 0, "data.batch_size must be > 0");
-        anyhow::ensure!(
-            self.val_fraction > 0.0 && self.val_fraction < 1.0,
-            "data.val_fraction must be in (0, 1)"
-        );
+        if self.batch_size == 0 {
+            return Err(FlagError::new("--data.batch_size", "0", "an integer > 0").into());
+        }
+        if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {
+            let value = self.val_fraction.to_string();
+            return Err(FlagError::new("--data.val_fraction", value, "a share in (0, 1)").into());
+        }
         let all = match &self.path {
             Some(path) => Digits::load(path)?,
             None => Digits::shipped()?,

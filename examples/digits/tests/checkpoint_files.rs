@@ -239,7 +239,7 @@ fn ckpt_path_last_resumes_with_callback_states_and_best_evaluates_the_best() {
     );
     fails_with(
         &out,
-        1,
+        2,
         "invalid --trainer.ckpt_path value `best`: no checkpoint in",
     );
 }

@@ -396,7 +396,12 @@ fn bad_checkpoints_fail_clearly() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bad.ckpt"), b"not a checkpoint").unwrap();
     let out = digits_in(dir.path(), &["test", "--trainer.ckpt_path=bad.ckpt"]);
-    fails_with(&out, 1, "bad.ckpt is not an ember checkpoint");
+    fails_with(&out, 2, "bad.ckpt is not an ember checkpoint");
+    assert!(
+        stderr(&out).contains("--trainer.ckpt_path"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -466,6 +471,28 @@ fn loop_flags_are_checked_before_anything_runs() {
                 "--trainer.check_val_every_n_epoch=null",
             ],
             &["--trainer.val_check_interval", "number of batches"],
+        ),
+        // A checkpoint that is not there, one `best` cannot find, a data module's own check,
+        // and a finder that needs one process: exit 2 naming the flag, nothing written.
+        (
+            &["fit", "--trainer.ckpt_path=/nonexistent.ckpt"],
+            &["--trainer.ckpt_path", "`/nonexistent.ckpt`", "No such file"],
+        ),
+        (
+            &["test", "--trainer.ckpt_path=best"],
+            &["--trainer.ckpt_path", "`best`", "no checkpoint in"],
+        ),
+        (
+            &["fit", "--data.batch_size=0"],
+            &["--data.batch_size", "`0`"],
+        ),
+        (
+            &[
+                "fit",
+                "--trainer.batch_size_find=true",
+                "--trainer.devices=2",
+            ],
+            &["--trainer.batch_size_find", "2 processes"],
         ),
         // Found only once the data is known (23 training batches), still exit 2 and nothing
         // written.

@@ -2,7 +2,8 @@
 //! server` with a SQLite backend, from the venv `scripts/setup.sh --torch` makes), read back with
 //! MLflow's own Python client: the hyperparameters as params, every metric of metrics.csv with
 //! its step, the plan's tags, curves.png and the checkpoints as artifacts, the run FINISHED. A
-//! server that cannot be reached gets a warning; the fit goes on and metrics.csv has everything.
+//! server that cannot be reached gets a warning; the fit goes on and metrics.csv has everything
+//! (a server that comes back mid-run is the logger's own unit test).
 
 // Digits trains on cpu in these tests whatever backend it is built with: the matrix's cpu row
 // runs them, and a backend row (digits built with that backend's feature) would only repeat them.
@@ -104,12 +105,17 @@ fn start_server(venv: &Path, dir: &Path) -> (Server, u16) {
 
 /// `digits fit` in `dir` logging to `uri` (and to csv).
 fn fit(dir: &Path, uri: &str) -> Output {
+    fit_logging(dir, uri, "[csv, mlflow]")
+}
+
+/// `digits fit` in `dir` with `--trainer.logger=LOGGERS`, MLflow's server at `uri`.
+fn fit_logging(dir: &Path, uri: &str, loggers: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_digits"))
         .args([
             "fit",
             "--trainer.max_epochs=2",
             "--trainer.log_every_n_steps=5",
-            "--trainer.logger=[csv, mlflow]",
+            &format!("--trainer.logger={loggers}"),
             "--trainer.enable_progress_bar=false",
             "--trainer.enable_model_summary=false",
         ])
@@ -216,25 +222,47 @@ fn a_fit_logs_its_run_to_a_real_tracking_server() {
     );
 }
 
+/// A server that never answers: one warning when it first fails and one when the run ends,
+/// each naming the local copy; the fit goes on, and metrics.csv has everything, also when
+/// mlflow is the run's only logger (the csv logger then comes with it).
 #[test]
 fn an_unreachable_server_is_a_warning_and_nothing_local_is_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let uri = format!("http://127.0.0.1:{}", free_port());
-    let out = fit(dir.path(), &uri);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(
-        stderr.matches("warning: MLflow logger").count(),
-        1,
-        "one warning: {stderr}"
-    );
-    let log_dir = dir.path().join("lightning_logs/version_0");
-    let epochs: Vec<u64> = csv_values(&log_dir, "val_loss")
-        .iter()
-        .map(|v| v.0)
-        .collect();
-    assert_eq!(epochs, [22, 45], "both epochs' validation in metrics.csv");
-    assert!(log_dir.join("curves.png").is_file());
+    for loggers in ["[csv, mlflow]", "mlflow"] {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("http://127.0.0.1:{}", free_port());
+        let out = fit_logging(dir.path(), &uri, loggers);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{loggers}: {stderr}");
+        let log_dir = dir.path().join("lightning_logs/version_0");
+        let copy = format!(
+            "{} keeps",
+            Path::new("./lightning_logs/version_0/metrics.csv").display()
+        );
+        let warnings: Vec<&str> = (stderr.lines())
+            .filter(|l| l.starts_with("warning: MLflow logger"))
+            .collect();
+        assert_eq!(warnings.len(), 2, "{loggers}: {stderr}");
+        assert!(warnings[0].contains("tries again"), "{loggers}: {stderr}");
+        assert!(
+            warnings[1].contains("has not got the whole run"),
+            "{loggers}: {stderr}"
+        );
+        assert!(
+            warnings.iter().all(|w| w.contains(&copy)),
+            "{loggers}: {stderr}"
+        );
+        let epochs: Vec<u64> = csv_values(&log_dir, "val_loss")
+            .iter()
+            .map(|v| v.0)
+            .collect();
+        assert_eq!(
+            epochs,
+            [22, 45],
+            "{loggers}: both epochs' validation in metrics.csv"
+        );
+        assert!(log_dir.join("hparams.yaml").is_file(), "{loggers}");
+        assert!(log_dir.join("curves.png").is_file(), "{loggers}");
+    }
 }
 
 #[test]

@@ -151,3 +151,46 @@ fn a_bad_value_names_the_flag() {
         stderr(&out)
     );
 }
+
+/// The learning-rate finder's sweep before a fit is not the user's fit: it prints no report of
+/// its own and writes no trace (under two ranks, none in the working directory either).
+#[test]
+fn the_learning_rate_finders_sweep_is_not_profiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "fit",
+        "--trainer.max_epochs=1",
+        "--trainer.lr_find={num_training: 20}",
+    ];
+    let out = digits(
+        dir.path(),
+        &[&args[..], &["--trainer.profiler=simple"]].concat(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).matches("Profiler report: fit").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
+    if !mpirun_available() {
+        return;
+    }
+    let more = ["--trainer.profiler=advanced", "--trainer.devices=2"];
+    let out = digits(dir.path(), &[&args[..], &more[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let in_cwd: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".json"))
+        .collect();
+    assert!(in_cwd.is_empty(), "{in_cwd:?}");
+    let log_dir = dir.path().join("lightning_logs/version_1");
+    for rank in 0..2 {
+        assert!(
+            log_dir.join(format!("trace-fit-rank{rank}.json")).is_file(),
+            "rank {rank}"
+        );
+    }
+}

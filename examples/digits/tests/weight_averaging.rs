@@ -99,3 +99,38 @@ fn ema_under_ddp_sharded_resumes_bitwise() {
         "{class_path: EMAWeightAveraging, init_args: {decay: 0.9}}",
     );
 }
+
+/// A fit resumed without the averaging callback its checkpoint was written with trains on, but
+/// says that callback's state is dropped (Lightning's "please add the following callbacks").
+#[test]
+fn resuming_without_the_callback_warns_that_its_state_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = [
+        "fit",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+    ];
+    let run = |args: &[&str]| {
+        let out = run_cpu_only(
+            env!("CARGO_BIN_EXE_digits"),
+            dir.path(),
+            &[&quiet[..], args].concat(),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "digits {args:?}: {stderr}");
+        stderr
+    };
+    run(&[
+        "--trainer.max_epochs=1",
+        "--trainer.callbacks=[{class_path: EMAWeightAveraging, init_args: {decay: 0.9}}]",
+    ]);
+    let stderr = run(&["--trainer.max_epochs=2", "--trainer.ckpt_path=last"]);
+    let warning = (stderr.lines())
+        .find(|l| l.starts_with("warning:") && l.contains("holds the state of callbacks"))
+        .unwrap_or_else(|| panic!("no warning: {stderr}"));
+    assert!(warning.contains("EMAWeightAveraging"), "{warning}");
+    assert!(
+        !warning.contains("ModelCheckpoint"),
+        "the run has that one: {warning}"
+    );
+}

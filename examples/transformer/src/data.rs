@@ -15,7 +15,7 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::{Dataset, InMemDataset};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
-use ember::{DataModule, Loader, Stage};
+use ember::{DataModule, FlagError, Loader, Stage};
 use serde::{Deserialize, Serialize};
 
 /// Tokens in the vocabulary: newline and the printable ASCII characters.
@@ -77,12 +77,16 @@ impl Default for DataConfig {
 impl DataConfig {
     /// The training and validation windows this config describes.
     pub fn load(&self) -> anyhow::Result<(Vec<Window>, Vec<Window>)> {
-        anyhow::ensure!(self.batch_size > 0, "data.batch_size must be > 0");
-        anyhow::ensure!(self.context > 0, "data.context must be > 0");
-        anyhow::ensure!(
-            self.val_fraction > 0.0 && self.val_fraction < 1.0,
-            "data.val_fraction must be in (0, 1)"
-        );
+        for (key, value) in [("batch_size", self.batch_size), ("context", self.context)] {
+            if value == 0 {
+                let flag = format!("--data.{key}");
+                return Err(FlagError::new(flag, "0", "an integer > 0").into());
+            }
+        }
+        if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {
+            let value = self.val_fraction.to_string();
+            return Err(FlagError::new("--data.val_fraction", value, "a share in (0, 1)").into());
+        }
         let text = match &self.path {
             Some(path) => std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?,

@@ -11,8 +11,10 @@ use super::{Callback, CallbackContext};
 #[serde(deny_unknown_fields)]
 pub struct DeviceStatsMonitorConfig {}
 
-/// Logs every figure of the accelerator's `device_stats` as `device_stats/NAME` every
-/// `log_every_n_steps` optimizer steps.
+/// Logs every figure of the accelerator's `device_stats` as `device_stats/NAME` at the steps
+/// the Trainer logs its step metrics (every `log_every_n_steps` optimizer steps, at the same
+/// step numbers, as Lightning's monitor does). Figures over an interval (the CPU's
+/// `cpu_percent`) cover the steps since the previous row, the first since the fit started.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceStatsMonitor {
     last_step: Option<u64>,
@@ -30,18 +32,24 @@ impl Callback for DeviceStatsMonitor {
         "DeviceStatsMonitor"
     }
 
+    fn on_fit_start(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        // Starts the interval the first row's figures cover.
+        ctx.device_stats();
+        Ok(())
+    }
+
     fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        let step = ctx.state.log_step();
-        if !step.is_multiple_of(ctx.state.log_every_n_steps.max(1)) || self.last_step == Some(step)
-        {
+        let stepped = ctx.state.global_step;
+        let every = ctx.state.log_every_n_steps.max(1);
+        if !stepped.is_multiple_of(every) || self.last_step == Some(stepped) {
             return Ok(());
         }
-        self.last_step = Some(step);
+        self.last_step = Some(stepped);
         let metrics: BTreeMap<String, f64> = ctx
             .device_stats()
             .into_iter()
             .map(|(k, v)| (format!("device_stats/{k}"), v))
             .collect();
-        ctx.loggers.log_metrics(&metrics, step)
+        ctx.loggers.log_metrics(&metrics, ctx.state.log_step())
     }
 }

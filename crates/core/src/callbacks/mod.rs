@@ -123,15 +123,35 @@ pub struct TrainerState {
     /// parameter, so that is exactly a parameter group's rate).
     pub lr_factors: BTreeMap<String, f64>,
     /// A rate that replaces optimizer 0's scheduler from the next step on
-    /// (StochasticWeightAveraging's); the scheduler keeps stepping underneath.
-    pub lr_override: Option<f64>,
+    /// (StochasticWeightAveraging's, the learning-rate finder's), with the name of the callback
+    /// that set it; the scheduler keeps stepping underneath. Set it with
+    /// [`override_lr`](Self::override_lr).
+    pub lr_override: Option<LrOverride>,
     /// Set by a callback in `on_fit_end` (StochasticWeightAveraging, after loading its
     /// average): `fit` then recomputes the batch-norm statistics for the weights the model
     /// holds with a forward pass over the training data.
     pub recompute_batch_norm: bool,
 }
 
+/// A learning rate a callback set for optimizer 0 ([`TrainerState::lr_override`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LrOverride {
+    /// The rate.
+    pub rate: f64,
+    /// The callback that set it, as its [`Callback::name`] gives it (errors name it).
+    pub set_by: String,
+}
+
 impl TrainerState {
+    /// Has optimizer 0 step at `rate` from the next step on, in place of its scheduler's;
+    /// `set_by` names the callback for errors.
+    pub fn override_lr(&mut self, rate: f64, set_by: &str) {
+        self.lr_override = Some(LrOverride {
+            rate,
+            set_by: set_by.to_owned(),
+        });
+    }
+
     /// The step metrics are logged at: during `fit`, the optimizer steps taken before the one
     /// just done (Lightning's `_batches_that_stepped` when it logs, so the first step's metrics
     /// are at step 0); otherwise the global step.

@@ -214,7 +214,8 @@ impl Callback for StochasticWeightAveraging {
             0 => self.swa_lr,
             _ => ctx.state.learning_rate,
         });
-        ctx.state.lr_override = Some(self.rate(from, epoch - start));
+        ctx.state
+            .override_lr(self.rate(from, epoch - start), self.name());
         let later = self.counters.latest_update_epoch.is_none_or(|e| epoch > e);
         if epoch <= end && later {
             let averaged = &mut self.averaged;

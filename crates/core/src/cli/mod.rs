@@ -4,6 +4,7 @@
 //! Every rejected input ends with one message naming the flag, the value and what is allowed,
 //! and exit status 2; nothing is written to disk before the plan is accepted.
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use crate::inventory::Inventory;
 use crate::job::Job;
 use crate::plan::{Launcher, Plan};
 use crate::registry::Registry;
-use crate::trainer::signals;
+use crate::trainer::{AgreedError, signals};
 use help::names_help;
 pub(crate) use tree::config_tree;
 
@@ -56,6 +57,12 @@ pub enum CliOutcome<O> {
     /// this exit status.
     Launched {
         /// Exit status of the ranks (0: all succeeded).
+        code: u8,
+    },
+    /// A rank of a multi-process run that stopped with every other on an error that rank 0
+    /// reports: nothing to print; the exit status.
+    Stopped {
+        /// Exit status.
         code: u8,
     },
     /// An error: a message for stderr and the exit status (2: bad input, 1: the job failed).
@@ -129,7 +136,7 @@ where
                 ExitCode::SUCCESS
             }
             CliOutcome::Ran(_) => ExitCode::SUCCESS,
-            CliOutcome::Launched { code } => ExitCode::from(code),
+            CliOutcome::Launched { code } | CliOutcome::Stopped { code } => ExitCode::from(code),
             CliOutcome::Failed { code, message } => {
                 eprintln!("error: {message}");
                 ExitCode::from(code)
@@ -243,6 +250,19 @@ where
                 });
                 match registry.run(job, &plan, collective.clone(), &inventory) {
                     Ok(out) => CliOutcome::Ran(out),
+                    // Every rank holds it and none waits for another: rank 0 says it once.
+                    Err(e) if e.is::<AgreedError>() => {
+                        let agreed = e.downcast::<AgreedError>().expect("is one");
+                        let code =
+                            engine.map_or(agreed.code, |e| e.stop_together(&plan, agreed.code));
+                        match plan.global_rank {
+                            0 => CliOutcome::Failed {
+                                code,
+                                message: agreed.to_string(),
+                            },
+                            _ => CliOutcome::Stopped { code },
+                        }
+                    }
                     Err(e) => {
                         // A flag found wrong only once the data is known is still bad input.
                         let (code, message): (u8, String) = match e.downcast_ref::<FlagError>() {
@@ -386,8 +406,8 @@ where
 }
 
 /// Sends `tracing` events (the text logger's metrics, warnings) to stderr, filtered by
-/// `RUST_LOG` (e.g. `ember=info`; default: warnings only). A subscriber the application
-/// installed first is kept.
+/// `RUST_LOG` (e.g. `ember=info`; default: warnings only), coloured only when stderr is a
+/// terminal. A subscriber the application installed first is kept.
 fn init_tracing() {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -397,7 +417,11 @@ fn init_tracing() {
         .and_then(|spec| spec.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(LevelFilter::WARN));
     let _ = tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
         .with(filter)
         .try_init();
 }

@@ -96,6 +96,11 @@ impl Loggers {
             });
         }
         let log_dir = next_version_dir(&root.join(LOGS_DIR_NAME))?;
+        // A tracker keeps its run elsewhere: the csv logger keeps a copy here.
+        let local_copy = kinds.contains(&LoggerKind::MlFlow) && !kinds.contains(&LoggerKind::Csv);
+        if local_copy {
+            loggers.push(Box::new(CsvLogger::new(&log_dir)));
+        }
         for kind in kinds {
             match kind {
                 LoggerKind::Csv => loggers.push(Box::new(CsvLogger::new(&log_dir))),

@@ -15,13 +15,33 @@ use anyhow::Context;
 use super::checkpoint::{Checkpoint, read_header};
 use crate::callbacks::CallbackStates;
 
+/// The checkpoint a `ckpt_path` chose, and why that one.
+pub struct Chosen {
+    pub path: PathBuf,
+    /// How `last` or `best` picked it, for the message that names it.
+    pub why: String,
+}
+
 /// The checkpoint `option` names, looking for `last` and `best` in `dirs`; `None` for `last`
 /// when `dirs` hold no checkpoint yet.
-pub fn resolve(option: &Path, dirs: &[PathBuf]) -> anyhow::Result<Option<PathBuf>> {
+pub fn resolve(option: &Path, dirs: &[PathBuf]) -> anyhow::Result<Option<Chosen>> {
     match option.to_str() {
-        Some("last") => Ok(newest(dirs)),
-        Some("best") => best(dirs).map(Some),
-        _ => Ok(Some(option.to_owned())),
+        Some("last") => Ok(newest(dirs).map(|(path, steps)| Chosen {
+            path,
+            why: format!(
+                "the checkpoint with the most optimizer steps, {steps}, the newest file among equals"
+            ),
+        })),
+        Some("best") => best(dirs).map(|path| {
+            Some(Chosen {
+                path,
+                why: "the best checkpoint the newest one's ModelCheckpoint records".into(),
+            })
+        }),
+        _ => Ok(Some(Chosen {
+            path: option.to_owned(),
+            why: String::new(),
+        })),
     }
 }
 
@@ -42,14 +62,14 @@ pub fn search_dirs(root: &Path, extra: impl IntoIterator<Item = PathBuf>) -> Vec
 fn none_in(dirs: &[PathBuf]) -> anyhow::Error {
     let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     anyhow::anyhow!(
-        "invalid --trainer.ckpt_path value `best`: no checkpoint in {}; give a checkpoint path, or use best once a run has written checkpoints there",
+        "no checkpoint in {} (use best once a run has written checkpoints there)",
         dirs.join(", ")
     )
 }
 
-/// The checkpoint with the most steps (then the newest) in `dirs`, if there is one. Files that
-/// are not readable checkpoints (temporaries, torn files) are skipped.
-fn newest(dirs: &[PathBuf]) -> Option<PathBuf> {
+/// The checkpoint with the most steps (then the newest) in `dirs`, if there is one, with its
+/// steps. Files that are not readable checkpoints (temporaries, torn files) are skipped.
+fn newest(dirs: &[PathBuf]) -> Option<(PathBuf, u64)> {
     let mut found: Option<(u64, SystemTime, PathBuf)> = None;
     for dir in dirs {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -78,12 +98,12 @@ fn newest(dirs: &[PathBuf]) -> Option<PathBuf> {
             }
         }
     }
-    found.map(|(_, _, path)| path)
+    found.map(|(steps, _, path)| (path, steps))
 }
 
 /// The best checkpoint recorded by the newest checkpoint's ModelCheckpoint.
 fn best(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
-    let newest = newest(dirs).ok_or_else(|| none_in(dirs))?;
+    let (newest, _) = newest(dirs).ok_or_else(|| none_in(dirs))?;
     let bytes =
         std::fs::read(&newest).with_context(|| format!("cannot read {}", newest.display()))?;
     let checkpoint = Checkpoint::decode(&bytes, &newest)?;
@@ -106,7 +126,7 @@ fn best(dirs: &[PathBuf]) -> anyhow::Result<PathBuf> {
         .find(|path| path.is_file())
         .with_context(|| {
             format!(
-                "invalid --trainer.ckpt_path value `best`: the newest checkpoint, {}, records no best checkpoint that still exists; use last or a checkpoint path",
+                "the newest checkpoint, {}, records no best checkpoint that still exists",
                 newest.display()
             )
         })

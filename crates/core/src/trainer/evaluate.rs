@@ -9,7 +9,6 @@ use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use serde::de::DeserializeOwned;
 
-use super::checkpoint::Checkpoint;
 use super::data::{DataModule, FromDataModule, Loader};
 use super::loops::evaluation::EvaluationLoop;
 use super::loops::prediction::PredictionLoop;
@@ -92,18 +91,21 @@ impl<B: AutodiffBackend> Trainer<B> {
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
         weights::materialize(&model);
-        data.setup(Stage::Predict)?;
-        let loaders = Loader::checked_all(data.predict_loaders(), "predict", Shard::WHOLE)?;
-        anyhow::ensure!(
-            !loaders.is_empty(),
-            "predict needs data: DataModule::predict_loader returned None"
-        );
-        anyhow::ensure!(
-            !one || loaders.len() == 1,
-            "the data module has {} predict loaders: Trainer::predict_each returns one list per loader",
-            loaders.len()
-        );
-        let model = self.load_weights(model)?;
+        let checked = (|| {
+            data.setup(Stage::Predict)?;
+            let loaders = Loader::checked_all(data.predict_loaders(), "predict", Shard::WHOLE)?;
+            anyhow::ensure!(
+                !loaders.is_empty(),
+                "predict needs data: DataModule::predict_loader returned None"
+            );
+            anyhow::ensure!(
+                !one || loaders.len() == 1,
+                "the data module has {} predict loaders: Trainer::predict_each returns one list per loader",
+                loaders.len()
+            );
+            Ok((loaders, self.load_weights(model)?))
+        })();
+        let (loaders, model) = self.agree(checked)?;
         let mut run = self.start(Stage::Predict)?;
         let batcher = D::Batcher::from_data_module(data);
         let result = (loaders.iter().enumerate())
@@ -143,19 +145,27 @@ impl<B: AutodiffBackend> Trainer<B> {
         D::Batcher: Batcher<Inner<B>, D::Item, M::Batch>,
     {
         weights::materialize(&model);
-        data.setup(stage)?;
-        let (loaders, limit) = match stage {
-            Stage::Test => (data.test_loaders(), self.options.limit_test_batches),
-            _ => (data.val_loaders(), self.options.limit_val_batches),
+        let limit = match stage {
+            Stage::Test => self.options.limit_test_batches,
+            _ => self.options.limit_val_batches,
         };
-        let which = if stage == Stage::Test { "test" } else { "val" };
-        anyhow::ensure!(
-            !loaders.is_empty(),
-            "{} needs data: DataModule::{which}_loader returned None",
-            stage.name()
-        );
-        let loaders = self.strategy_loaders(loaders, which)?;
-        let model = self.load_weights(model)?;
+        let checked = (|| {
+            data.setup(stage)?;
+            let (loaders, which) = match stage {
+                Stage::Test => (data.test_loaders(), "test"),
+                _ => (data.val_loaders(), "val"),
+            };
+            anyhow::ensure!(
+                !loaders.is_empty(),
+                "{} needs data: DataModule::{which}_loader returned None",
+                stage.name()
+            );
+            Ok((
+                self.strategy_loaders(loaders, which)?,
+                self.load_weights(model)?,
+            ))
+        })();
+        let (loaders, model) = self.agree(checked)?;
         let mut run = self.start(stage)?;
         let result = (|| {
             let batches: Vec<usize> = (loaders.iter())
@@ -184,10 +194,9 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     fn load_weights<M: Module<Inner<B>>>(&self, model: M) -> anyhow::Result<M> {
-        let Some(path) = self.ckpt_path()? else {
+        let Some((path, checkpoint)) = self.resume_checkpoint()? else {
             return Ok(model);
         };
-        let bytes = self.checkpoint_io().load(&path)?;
-        Checkpoint::decode(&bytes, &path)?.load_model::<Inner<B>, M>(model, &path)
+        checkpoint.load_model::<Inner<B>, M>(model, &path)
     }
 }

@@ -102,7 +102,8 @@ impl Sweep {
     const BETA: f64 = 0.98;
 
     fn set_rate(&self, ctx: &mut CallbackContext<'_>) {
-        ctx.state.lr_override = Some(sweep_rate(&self.settings, ctx.state.global_step));
+        let rate = sweep_rate(&self.settings, ctx.state.global_step);
+        ctx.state.override_lr(rate, self.name());
     }
 }
 
@@ -122,14 +123,7 @@ impl Callback for Sweep {
             return Ok(());
         }
         self.last_step = step;
-        let Some(loss) = ctx.loss() else {
-            return Err(FlagError::new(
-                "--trainer.lr_find",
-                "true",
-                "false under manual optimization: the finder reads the loss the training step returns (automatic optimization)",
-            )
-            .into());
-        };
+        let loss = (ctx.loss()).context("the finder reads the loss the training step returns")?;
         let rate = ctx.state.learning_rate;
         self.average = Self::BETA * self.average + (1.0 - Self::BETA) * loss;
         let smoothed = self.average / (1.0 - Self::BETA.powi(step as i32 + 1));
@@ -167,6 +161,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         D::Batcher: BatcherFor<B, D::Item, M>,
     {
         weights::materialize(model);
+        if self.is_manual(model)? {
+            return Err(refused_under_manual(settings).into());
+        }
         let kept = host_weights::<B, M>(model);
         let sweep = Sweep {
             settings: settings.clone(),
@@ -193,10 +190,13 @@ impl<B: AutodiffBackend> Trainer<B> {
         let options = std::mem::replace(&mut self.options, options);
         let callbacks = std::mem::replace(&mut self.callbacks, vec![Box::new(sweep.clone())]);
         let loggers = self.loggers.take();
+        let off = self.profiler.off();
+        let profiler = std::mem::replace(&mut self.profiler, off);
         let fitted = self.fit(model.clone(), data);
         self.options = options;
         self.callbacks = callbacks;
         self.loggers = loggers;
+        self.profiler = profiler;
         // A copy shares the model's running statistics, which the sweep moved.
         ModelWeights::<B, M>::new(&mut model.clone()).load_host(kept)?;
         fitted?;
@@ -218,15 +218,10 @@ impl<B: AutodiffBackend> Trainer<B> {
         })
     }
 
-    /// `--trainer.lr_find` before a fit: the sweep, its plot (rank 0, in the log directory), and
-    /// the suggestion in the model's hyperparameters, where `configure_optimizers` reads it.
-    pub(super) fn find_lr_before_fit<M, D>(&mut self, model: &M, data: &mut D) -> anyhow::Result<()>
-    where
-        M: TrainingModule<B>,
-        D: DataModule,
-        D::Batcher: BatcherFor<B, D::Item, M>,
-    {
-        let Some(settings) = self.options.lr_find.clone() else {
+    /// Refuses `--trainer.lr_find` where it cannot run: a fit that resumes, or hyperparameters
+    /// with no rate for the suggestion to replace.
+    pub(super) fn check_lr_find(&self) -> anyhow::Result<()> {
+        let Some(settings) = &self.options.lr_find else {
             return Ok(());
         };
         if let Some(path) = &self.options.ckpt_path {
@@ -240,6 +235,21 @@ impl<B: AutodiffBackend> Trainer<B> {
             )
             .into());
         }
+        self.lr_key(settings).map(drop)
+    }
+
+    /// `--trainer.lr_find` before a fit ([`check_lr_find`](Self::check_lr_find) passed): the
+    /// sweep, its plot (rank 0, in the log directory), and the suggestion in the model's
+    /// hyperparameters, where `configure_optimizers` reads it.
+    pub(super) fn find_lr_before_fit<M, D>(&mut self, model: &M, data: &mut D) -> anyhow::Result<()>
+    where
+        M: TrainingModule<B>,
+        D: DataModule,
+        D::Batcher: BatcherFor<B, D::Item, M>,
+    {
+        let Some(settings) = self.options.lr_find.clone() else {
+            return Ok(());
+        };
         let key = self.lr_key(&settings)?;
         let finding = self.lr_find(model, data, &settings)?;
         let Some(lr) = finding.suggestion() else {
@@ -286,7 +296,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             .ok_or_else(|| {
                 FlagError::new(
                     "--trainer.lr_find",
-                    serde_json::to_string(&settings).unwrap_or_default(),
+                    shown(settings),
                     format!(
                         "a model whose hyperparameters hold its rate as model.{}: the suggestion goes there for configure_optimizers (name another key with attr_name)",
                         candidates.join(" or model.")
@@ -295,6 +305,23 @@ impl<B: AutodiffBackend> Trainer<B> {
                 .into()
             })
     }
+}
+
+/// The finder's settings as an error shows them: `true` for Lightning's, else the table.
+fn shown(settings: &LrFind) -> String {
+    match settings == &LrFind::default() {
+        true => "true".into(),
+        false => serde_json::to_string(settings).unwrap_or_default(),
+    }
+}
+
+/// The refusal of the finder for a model that steps its optimizers itself.
+pub(super) fn refused_under_manual(settings: &LrFind) -> FlagError {
+    FlagError::new(
+        "--trainer.lr_find",
+        shown(settings),
+        "false under manual optimization: the finder reads the loss training_step returns and sets the rate of one optimizer",
+    )
 }
 
 /// The picture of a sweep.

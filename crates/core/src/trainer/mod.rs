@@ -5,6 +5,7 @@
 //! loop options of [`TrainerOptions`], calling [`Callback`]s at Lightning's hook points and
 //! writing through [`Loggers`] and [`CheckpointIO`]. See `docs/trainer.md`.
 
+mod agree;
 mod builder;
 pub mod checkpoint;
 pub(crate) mod ckpt_path;
@@ -42,6 +43,7 @@ use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::collective::Collective;
 use crate::context::RunContext;
+use crate::error::FlagError;
 use crate::loggers::{Logger, Loggers};
 use crate::options::{LoggerKind, TrainerOptions};
 use crate::plan::Plan;
@@ -51,6 +53,7 @@ use crate::plugins::scaler::{self, GradScaler};
 use crate::plugins::shard::Shard;
 use crate::plugins::strategy::Strategy;
 use crate::stage::Stage;
+pub use agree::AgreedError;
 pub use builder::{Plugin, TrainerBuilder};
 use data::{DataModule, FromDataModule, Loader};
 use loops::fit::FitLoop;
@@ -61,6 +64,15 @@ pub use weights::materialize;
 
 /// The inner (non-autodiff) backend of `B`, where evaluation runs.
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
+
+/// What `fit` starts from once its checks passed.
+struct FitInputs<I> {
+    train: Loader<I>,
+    val: Vec<Loader<I>>,
+    schedule: FitSchedule,
+    /// The checkpoint to continue from, read.
+    resume_from: Option<(PathBuf, checkpoint::Checkpoint)>,
+}
 
 /// What `fit` returns.
 #[derive(Debug)]
@@ -164,8 +176,9 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// The checkpoint `ckpt_path` names (`last` and `best` looked up in the run's checkpoint
-    /// directories), if one is set.
-    fn ckpt_path(&self) -> anyhow::Result<Option<PathBuf>> {
+    /// directories), read and decoded, if one is set. One that cannot be found or read is bad
+    /// input, refused naming the flag.
+    fn resume_checkpoint(&self) -> anyhow::Result<Option<(PathBuf, checkpoint::Checkpoint)>> {
         let Some(option) = &self.options.ckpt_path else {
             return Ok(None);
         };
@@ -173,7 +186,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             &self.options.default_root_dir,
             self.callbacks.iter().filter_map(|c| c.checkpoint_dirpath()),
         );
-        let Some(path) = ckpt_path::resolve(option, &dirs)? else {
+        let refuse = |e: anyhow::Error| {
+            let allowed = format!("{e:#}; give a checkpoint file, `last` or `best`");
+            FlagError::new("--trainer.ckpt_path", option.display().to_string(), allowed)
+        };
+        let Some(chosen) = ckpt_path::resolve(option, &dirs).map_err(refuse)? else {
             if self.is_global_zero() {
                 eprintln!(
                     "--trainer.ckpt_path=last: no checkpoint yet under {}; starting without one",
@@ -182,14 +199,19 @@ impl<B: AutodiffBackend> Trainer<B> {
             }
             return Ok(None);
         };
+        let path = chosen.path;
+        let read = (self.checkpoint_io().load(&path))
+            .and_then(|bytes| checkpoint::Checkpoint::decode(&bytes, &path));
+        let checkpoint = read.map_err(refuse)?;
         if self.is_global_zero() && path.as_path() != option.as_path() {
             eprintln!(
-                "--trainer.ckpt_path={}: using {}",
+                "--trainer.ckpt_path={}: using {}\n  ({})",
                 option.display(),
-                path.display()
+                path.display(),
+                chosen.why
             );
         }
-        Ok(Some(path))
+        Ok(Some((path, checkpoint)))
     }
 
     /// The share of every epoch this process sees.
@@ -339,6 +361,10 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// Trains `model` on `data`'s train loader, validating on its val loaders as configured.
+    ///
+    /// Everything that can refuse the run (flags that do not fit the model or the data, the
+    /// checkpoint `ckpt_path` names) is checked first, on every rank together, before anything
+    /// is written.
     pub fn fit<M, D>(&mut self, model: M, data: &mut D) -> anyhow::Result<FitOutcome<M>>
     where
         M: TrainingModule<B>,
@@ -346,13 +372,41 @@ impl<B: AutodiffBackend> Trainer<B> {
         D::Batcher: BatcherFor<B, D::Item, M>,
     {
         weights::materialize(&model);
-        self.find_lr_before_fit(&model, data)?;
         if self.options.enable_checkpointing
             && !self.callbacks.iter().any(|c| c.is_model_checkpoint())
         {
             self.callbacks
                 .push(Box::new(ModelCheckpoint::new(Default::default())));
         }
+        let checked = self.check_fit(&model, data);
+        let FitInputs {
+            train,
+            val,
+            schedule,
+            resume_from,
+        } = self.agree(checked)?;
+        self.find_lr_before_fit(&model, data)?;
+        let mut run = self.start(Stage::Fit)?;
+        if self.options.enable_model_summary && self.is_global_zero() {
+            eprintln!("{}", summary::summarize(&model));
+        }
+        let result = FitLoop::new(self, &mut run, schedule, model, resume_from)
+            .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, &val)));
+        self.finish(run, result)
+    }
+
+    /// What `fit` needs before it starts, each refusal an error: the model's optimization
+    /// checked against the flags, the data set up and its loaders sized, the schedule, and the
+    /// checkpoint to resume from, read.
+    fn check_fit<M, D>(&mut self, model: &M, data: &mut D) -> anyhow::Result<FitInputs<D::Item>>
+    where
+        M: TrainingModule<B>,
+        D: DataModule,
+    {
+        if self.is_manual(model)? {
+            loops::optimization::check_manual(self)?;
+        }
+        self.check_lr_find()?;
         data.setup(Stage::Fit)?;
         let train = data
             .train_loader()
@@ -360,23 +414,31 @@ impl<B: AutodiffBackend> Trainer<B> {
         let train = (self.strategy_loaders(vec![train], "train")?.pop())
             .context("one train loader in, one out")?;
         let val = self.strategy_loaders(data.val_loaders(), "val")?;
-        let resume_from = self.ckpt_path()?;
-        // A flag that does not fit the data is refused before anything is written.
         let val_batches: Vec<usize> = val.iter().map(Loader::num_batches).collect();
         let schedule = FitSchedule::new(&self.options, train.num_batches(), &val_batches)?;
-        let mut run = self.start(Stage::Fit)?;
-        if self.options.enable_model_summary && self.is_global_zero() {
-            eprintln!("{}", summary::summarize(&model));
-        }
-        let result = FitLoop::new(self, &mut run, schedule, model, resume_from.as_deref())
-            .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, &val)));
-        self.finish(run, result)
+        let resume_from = self.resume_checkpoint()?;
+        Ok(FitInputs {
+            train,
+            val,
+            schedule,
+            resume_from,
+        })
     }
 
-    /// Draws `curves.png` beside metrics.csv in `log_dir` (csv logger). A failure is a
+    /// Whether `model` steps its optimizers itself (`configure_optimizers` asks for manual
+    /// optimization).
+    fn is_manual<M: TrainingModule<B>>(&self, model: &M) -> anyhow::Result<bool> {
+        let optimizers = model
+            .configure_optimizers(&hparams::Hparams::new(&self.hparams))
+            .context("configure_optimizers")?;
+        Ok(optimizers.manual)
+    }
+
+    /// Draws `curves.png` beside metrics.csv in `log_dir` (csv logger, which mlflow brings). A failure is a
     /// warning: the run's results stand without the picture.
     fn write_curves(&self, log_dir: Option<&Path>) {
-        if !self.options.logger.contains(&LoggerKind::Csv) {
+        let kinds = &self.options.logger;
+        if !kinds.contains(&LoggerKind::Csv) && !kinds.contains(&LoggerKind::MlFlow) {
             return;
         }
         // A run too short to log a metric has nothing to draw.

@@ -62,6 +62,12 @@ impl Profiler {
         }
     }
 
+    /// A profiler that records nothing, for work the user did not ask to profile (the
+    /// learning-rate finder's sweep before a fit).
+    pub fn off(&self) -> Self {
+        Self::new(None, Rc::clone(&self.sync))
+    }
+
     /// Starts recording an entry point (dropping what an earlier one left).
     pub fn start(&mut self) {
         self.recording = self.kind.map(|kind| {

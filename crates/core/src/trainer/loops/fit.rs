@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -13,7 +13,7 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::AutodiffBackend;
 
 use super::evaluation::EvaluationLoop;
-use super::optimization::{Optimization, check_manual};
+use super::optimization::Optimization;
 use super::schedule::FitSchedule;
 use crate::callbacks::{Callback, CallbackContext, Freeze};
 use crate::finetune;
@@ -22,6 +22,7 @@ use crate::plugins::dtype;
 use crate::plugins::strategy::Strategy;
 use crate::plugins::weights::{ModelWeights, Weights};
 use crate::stage::Stage;
+use crate::trainer::checkpoint::Checkpoint;
 use crate::trainer::collector::MetricCollector;
 use crate::trainer::data::Loader;
 use crate::trainer::hparams::Hparams;
@@ -70,13 +71,14 @@ where
     M: TrainingModule<B>,
 {
     /// A fit of `model` as `schedule` says: the model in its master type, its optimizers
-    /// configured, continuing from the checkpoint at `resume_from` if one is given.
+    /// configured, continuing from the checkpoint `resume_from` (read from its path) if one is
+    /// given.
     pub(in crate::trainer) fn new(
         trainer: &'t mut Trainer<B>,
         run: &'t mut Run,
         schedule: FitSchedule,
         mut model: M,
-        resume_from: Option<&Path>,
+        resume_from: Option<(PathBuf, Checkpoint)>,
     ) -> anyhow::Result<Self> {
         run.state.num_training_batches = schedule.train_batches;
         if trainer.precision().casts_for_compute() {
@@ -86,12 +88,9 @@ where
             .configure_optimizers(&Hparams::new(&trainer.hparams))
             .context("configure_optimizers")?;
         let mut opt = Optimization::new(model, optimizers)?;
-        if opt.manual {
-            check_manual(trainer)?;
-        }
         let mut position = Position::default();
-        if let Some(path) = resume_from {
-            (opt, position) = Self::restore(trainer, run, &schedule, opt, path)?;
+        if let Some((path, checkpoint)) = resume_from {
+            (opt, position) = Self::restore(trainer, run, &schedule, opt, (checkpoint, &path))?;
         }
         Ok(Self {
             trainer,

@@ -101,11 +101,16 @@ impl<B: AutodiffBackend, M: TrainingModule<B>> Optimization<B, M> {
 }
 
 /// Refuses what manual optimization cannot honour, as Lightning does: accumulation and
-/// clipping by flag (the step does them), and a strategy that shards one optimizer's state.
+/// clipping by flag (the step does them), the learning-rate finder (it reads the loss the
+/// training step returns and sets one optimizer's rate), and a strategy that shards one
+/// optimizer's state.
 pub(in crate::trainer) fn check_manual<B: AutodiffBackend>(
     trainer: &mut Trainer<B>,
 ) -> anyhow::Result<()> {
     let options = &trainer.options;
+    if let Some(settings) = &options.lr_find {
+        return Err(crate::trainer::lr_find::refused_under_manual(settings).into());
+    }
     if options.accumulate_grad_batches != 1 {
         return Err(crate::error::FlagError::new(
             "--trainer.accumulate_grad_batches",

@@ -30,20 +30,27 @@ where
     B: AutodiffBackend,
     M: TrainingModule<B>,
 {
-    /// Continues from the checkpoint at `path`: weights, optimizers, schedulers, the precision
-    /// plugin's and the callbacks' states, the seed, and the position in the run.
+    /// Continues from `checkpoint`, read from `path`: weights, optimizers, schedulers, the
+    /// precision plugin's and the callbacks' states, the seed, and the position in the run.
     pub(super) fn restore(
         trainer: &mut Trainer<B>,
         run: &mut Run,
         schedule: &FitSchedule,
         mut opt: Optimization<B, M>,
-        path: &Path,
+        (mut checkpoint, path): (Checkpoint, &Path),
     ) -> anyhow::Result<(Optimization<B, M>, Position)> {
-        let mut checkpoint = Checkpoint::decode(&trainer.checkpoint_io().load(path)?, path)?;
         opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
         let ids = param_ids::<B, M>(&opt.model);
-        if restore_callbacks(&mut run.callbacks, &mut checkpoint, &ids, path)? {
+        let (edited, lacking) = restore_callbacks(&mut run.callbacks, &mut checkpoint, &ids, path)?;
+        if edited {
             opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
+        }
+        if !lacking.is_empty() && trainer.is_global_zero() {
+            eprintln!(
+                "warning: {} holds the state of callbacks this run does not have: {}; resuming without them drops it (add them to --trainer.callbacks to keep it)",
+                path.display(),
+                lacking.join(", ")
+            );
         }
         let saved = (1..)
             .take_while(|&i| {
@@ -185,14 +192,15 @@ where
 
 /// Gives every callback its state and tensors from `checkpoint`, and lets it edit the weights
 /// ([`Callback::on_load_checkpoint`]), each under the id its parameter has in the loaded model
-/// (`ids`). Returns whether a callback replaced a weight (then they are loaded again).
+/// (`ids`). Returns whether a callback replaced a weight (then they are loaded again), and the
+/// state keys of the checkpoint's callbacks that none of `callbacks` took.
 fn restore_callbacks(
     callbacks: &mut [Box<dyn Callback>],
     checkpoint: &mut Checkpoint,
     ids: &BTreeMap<String, ParamId>,
     path: &Path,
-) -> anyhow::Result<bool> {
-    let states: callbacks::CallbackStates = match checkpoint.sections.get("callbacks") {
+) -> anyhow::Result<(bool, Vec<String>)> {
+    let mut states: callbacks::CallbackStates = match checkpoint.sections.get("callbacks") {
         Some(bytes) => serde_json::from_slice(bytes)
             .with_context(|| format!("{}: corrupt callbacks section", path.display()))?,
         None => Default::default(),
@@ -216,8 +224,8 @@ fn restore_callbacks(
         let key = c.state_key();
         let what = format!("restoring callback {} from {}", c.name(), path.display());
         let restoring = || what.clone();
-        if let Some(state) = states.get(&key) {
-            c.load_state(state).with_context(restoring)?;
+        if let Some(state) = states.remove(&key) {
+            c.load_state(&state).with_context(restoring)?;
         }
         let mut own = checkpoint.callback_tensors.remove(&key).unwrap_or_default();
         let mut tensors = CheckpointTensors {
@@ -231,5 +239,9 @@ fn restore_callbacks(
         .into_iter()
         .map(|(name, _, data)| (name, data))
         .collect();
-    Ok(edited)
+    let mut lacking: Vec<String> = states.into_keys().collect();
+    lacking.extend(checkpoint.callback_tensors.keys().cloned());
+    lacking.sort();
+    lacking.dedup();
+    Ok((edited, lacking))
 }

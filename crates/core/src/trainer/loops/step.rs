@@ -99,12 +99,13 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
         if self.scheduler_per_step {
             slot.lr = slot.scheduler.step();
         }
-        if let Some(rate) = self.state.lr_override {
+        if let Some(set) = &self.state.lr_override {
             anyhow::ensure!(
                 index == 0,
-                "a callback (StochasticWeightAveraging) sets the learning rate of one optimizer, but manual_training_step stepped optimizer {index}"
+                "a callback ({}) sets the learning rate of one optimizer, but manual_training_step stepped optimizer {index}",
+                set.set_by
             );
-            slot.lr = rate;
+            slot.lr = set.rate;
         }
         let step = self.state.global_step;
         if finite {

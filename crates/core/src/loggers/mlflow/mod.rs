@@ -5,13 +5,15 @@
 //! checkpoints) as artifacts through the server's artifact proxy.
 //!
 //! The server is `MLFLOW_TRACKING_URI` (`http://host:port`; plain HTTP only), the experiment
-//! `MLFLOW_EXPERIMENT_NAME` (default `lightning_logs`, as Lightning's). A server that cannot be
-//! reached or refuses a request gets one warning; the run goes on without it, and the local
-//! loggers (`metrics.csv`) keep everything.
+//! `MLFLOW_EXPERIMENT_NAME` (default `lightning_logs`, as Lightning's). The run always has a
+//! local copy, `metrics.csv` and `hparams.yaml` in its version directory (a run whose only
+//! logger is mlflow gets the csv logger too). A server that cannot be reached or refuses a
+//! request gets one warning naming that copy; the run goes on, the logger holds what it has
+//! not sent and tries again every [`RETRY_EVERY`], so a server that comes back gets the rest.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow, bail};
 use serde_json::{Value, json};
@@ -28,6 +30,11 @@ pub const LOG_CHECKPOINTS_VAR: &str = "EMBER_MLFLOW_LOG_CHECKPOINTS";
 const BATCH: usize = 1000;
 /// Params it takes in one request at most.
 const PARAMS_PER_BATCH: usize = 100;
+/// How long the logger waits after a failed request before it tries the server again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(30);
+/// Metrics it holds for a server that does not answer, at most; later ones are only in the
+/// local copy.
+const MAX_HELD: usize = 1_000_000;
 
 /// The run on the server, once created.
 struct Remote {
@@ -44,10 +51,19 @@ pub struct MlflowLogger {
     log_dir: PathBuf,
     agent: ureq::Agent,
     remote: Option<Remote>,
+    /// The run's tags, for when it is created.
+    tags: Vec<Value>,
+    /// Params not sent yet.
+    pending_params: Vec<(String, String)>,
     /// Metrics not sent yet.
     pending: Vec<Value>,
-    /// Set after the first failure: nothing more is sent.
-    gave_up: bool,
+    /// While the server does not answer: when to try it again.
+    retry_at: Option<Instant>,
+    /// Whether the server has failed during this run (it was warned about).
+    failed_once: bool,
+    /// Whether metrics beyond [`MAX_HELD`] were left to the local copy.
+    dropped: bool,
+    retry_every: Duration,
 }
 
 fn now_ms() -> u64 {
@@ -93,8 +109,13 @@ impl MlflowLogger {
                 .timeout(Duration::from_secs(10))
                 .build(),
             remote: None,
+            tags: Vec::new(),
+            pending_params: Vec::new(),
             pending: Vec::new(),
-            gave_up: false,
+            retry_at: None,
+            failed_once: false,
+            dropped: false,
+            retry_every: RETRY_EVERY,
         })
     }
 
@@ -129,10 +150,10 @@ impl MlflowLogger {
     }
 
     /// Creates the run on first use: in the experiment, named after the version directory.
-    fn remote(&mut self, tags: Vec<Value>) -> anyhow::Result<&Remote> {
+    fn remote(&mut self) -> anyhow::Result<&Remote> {
         if self.remote.is_none() {
             let experiment_id = self.experiment_id()?;
-            let mut tags = tags;
+            let mut tags = self.tags.clone();
             tags.push(json!({"key": "mlflow.runName", "value": self.run_name}));
             let body = json!({
                 "experiment_id": experiment_id,
@@ -153,31 +174,61 @@ impl MlflowLogger {
         Ok(self.remote.as_ref().expect("made above"))
     }
 
-    /// Runs `request` unless the server failed before; a failure warns once and stops the
-    /// logger (the run goes on).
-    fn guarded(&mut self, what: &str, request: impl FnOnce(&mut Self) -> anyhow::Result<()>) {
-        if self.gave_up {
-            return;
+    /// Sends what is held (the run, its params, its metrics) unless the server failed less
+    /// than [`RETRY_EVERY`] ago (`force`: try anyway). The first failure warns, naming the
+    /// local copy; a server that answers again after one is announced.
+    fn sync(&mut self, force: bool) -> bool {
+        if !force && self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return false;
         }
-        if let Err(e) = request(self) {
-            self.gave_up = true;
-            eprintln!(
-                "warning: MLflow logger: {what} at {} failed ({e:#}); training goes on without it, and the run's other loggers keep everything",
-                self.base
-            );
+        match self.send_held() {
+            Ok(()) => {
+                if self.retry_at.take().is_some() {
+                    eprintln!(
+                        "MLflow logger: the server at {} answers again; it got what was held",
+                        self.base
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                if !self.failed_once {
+                    eprintln!(
+                        "warning: MLflow logger: the server at {} failed ({e:#}); training goes on, the logger holds what it has not sent and tries again every {} s, and {} keeps the whole run",
+                        self.base,
+                        self.retry_every.as_secs(),
+                        self.log_dir.join(super::METRICS_FILE).display()
+                    );
+                }
+                self.failed_once = true;
+                self.retry_at = Some(Instant::now() + self.retry_every);
+                false
+            }
         }
     }
 
-    /// Sends the pending metrics.
-    fn flush(&mut self) -> anyhow::Result<()> {
+    /// Creates the run if need be, then sends the pending params and metrics.
+    fn send_held(&mut self) -> anyhow::Result<()> {
+        let run_id = self.remote()?.run_id.clone();
+        while !self.pending_params.is_empty() {
+            let n = self.pending_params.len().min(PARAMS_PER_BATCH);
+            let params: Vec<Value> = (self.pending_params[..n].iter())
+                .map(|(key, value)| json!({"key": key, "value": value}))
+                .collect();
+            self.post(
+                "runs/log-batch",
+                json!({"run_id": run_id, "params": params}),
+            )?;
+            self.pending_params.drain(..n);
+        }
         while !self.pending.is_empty() {
-            let run_id = self.remote(Vec::new())?.run_id.clone();
             let n = self.pending.len().min(BATCH);
-            let metrics: Vec<Value> = self.pending.drain(..n).collect();
+            let metrics = &self.pending[..n];
             self.post(
                 "runs/log-batch",
                 json!({"run_id": run_id, "metrics": metrics}),
             )?;
+            self.pending.drain(..n);
         }
         Ok(())
     }
@@ -281,102 +332,68 @@ fn tags(hparams: &Value) -> Vec<Value> {
 
 impl Logger for MlflowLogger {
     fn log_hyperparams(&mut self, hparams: &Value) -> anyhow::Result<()> {
-        let (params, tags) = (params(hparams), tags(hparams));
-        self.guarded("logging the hyperparameters", |me| {
-            let run_id = me.remote(tags)?.run_id.clone();
-            for chunk in params.chunks(PARAMS_PER_BATCH) {
-                let params: Vec<Value> = chunk
-                    .iter()
-                    .map(|(key, value)| json!({"key": key, "value": value}))
-                    .collect();
-                me.post(
-                    "runs/log-batch",
-                    json!({"run_id": run_id, "params": params}),
-                )?;
-            }
-            Ok(())
-        });
+        self.tags = tags(hparams);
+        self.pending_params.extend(params(hparams));
+        self.sync(false);
         Ok(())
     }
 
     fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, step: u64) -> anyhow::Result<()> {
-        if self.gave_up {
-            return Ok(());
-        }
         let timestamp = now_ms();
         // MLflow takes no NaN or infinity in JSON; a non-finite value is left out.
-        let finite = metrics.iter().filter(|(_, v)| v.is_finite());
-        self.pending.extend(finite.map(|(key, value)| {
-            json!({"key": key, "value": value, "timestamp": timestamp, "step": step})
-        }));
+        let records: Vec<Value> = (metrics.iter())
+            .filter(|(_, v)| v.is_finite())
+            .map(|(key, value)| json!({"key": key, "value": value, "timestamp": timestamp, "step": step}))
+            .collect();
+        let room = MAX_HELD.saturating_sub(self.pending.len());
+        if records.len() > room && !self.dropped {
+            self.dropped = true;
+            eprintln!(
+                "warning: MLflow logger: {MAX_HELD} metrics are held for the server; later ones are only in {}",
+                self.log_dir.join(super::METRICS_FILE).display()
+            );
+        }
+        self.pending.extend(records.into_iter().take(room));
         if self.pending.len() >= BATCH {
-            self.guarded("logging metrics", Self::flush);
+            self.sync(false);
         }
         Ok(())
     }
 
     fn save(&mut self) -> anyhow::Result<()> {
-        self.guarded("logging metrics", Self::flush);
+        self.sync(false);
         Ok(())
     }
 
     fn finalize(&mut self, success: bool) -> anyhow::Result<()> {
-        self.guarded("logging metrics", Self::flush);
-        self.guarded("uploading artifacts", |me| {
-            me.remote(Vec::new())?;
-            for (file, name) in me.artifacts() {
-                me.upload(&file, &name)?;
+        if !self.sync(true) {
+            eprintln!(
+                "warning: MLflow logger: the server at {} has not got the whole run; {} keeps it",
+                self.base,
+                self.log_dir.join(super::METRICS_FILE).display()
+            );
+            return Ok(());
+        }
+        let ended = (|| {
+            let run_id = self.remote()?.run_id.clone();
+            for (file, name) in self.artifacts() {
+                self.upload(&file, &name)
+                    .with_context(|| format!("uploading {name}"))?;
             }
-            Ok(())
-        });
-        self.guarded("ending the run", |me| {
-            let run_id = me.remote(Vec::new())?.run_id.clone();
             let status = if success { "FINISHED" } else { "FAILED" };
             let body = json!({"run_id": run_id, "status": status, "end_time": now_ms()});
-            me.post("runs/update", body).map(drop)
-        });
+            self.post("runs/update", body).map(drop)
+        })();
+        if let Err(e) = ended {
+            eprintln!(
+                "warning: MLflow logger: ending the run at {} failed ({e:#}); {} keeps it",
+                self.base,
+                self.log_dir.join(super::METRICS_FILE).display()
+            );
+        }
         Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hyperparameters_flatten_to_dotted_params_and_the_plan_gives_tags() {
-        let hparams = json!({
-            "model": {"lr": 0.001, "hidden": [256, 256]},
-            "trainer": {"max_epochs": 3, "callbacks": []},
-            "plan": {"accelerator": "cpu", "strategy": "ddp", "precision": "32-true"},
-        });
-        let params = params(&hparams);
-        assert!(params.contains(&("model.lr".into(), "0.001".into())));
-        assert!(params.contains(&("model.hidden".into(), "[256,256]".into())));
-        assert!(params.contains(&("trainer.callbacks".into(), "[]".into())));
-        assert!(params.contains(&("plan.strategy".into(), "ddp".into())));
-        let tags = tags(&hparams);
-        assert_eq!(tags[1], json!({"key": "ember.strategy", "value": "ddp"}));
-    }
-
-    #[test]
-    fn a_tracking_uri_is_required() {
-        let e = MlflowLogger::to("file:./mlruns", Path::new("version_0"))
-            .err()
-            .unwrap();
-        let e = e.to_string();
-        assert!(
-            e.contains(TRACKING_URI_VAR) && e.contains("file:./mlruns"),
-            "{e}"
-        );
-        let logger = MlflowLogger::to(
-            "http://127.0.0.1:5000/",
-            Path::new("lightning_logs/version_3"),
-        );
-        let logger = logger.unwrap();
-        assert_eq!(
-            (logger.base.as_str(), logger.run_name.as_str()),
-            ("http://127.0.0.1:5000", "version_3")
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,163 @@
+//! The logger's requests, checked against a stand-in server that answers as MLflow's REST API
+//! does and records what it was sent.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+#[test]
+fn hyperparameters_flatten_to_dotted_params_and_the_plan_gives_tags() {
+    let hparams = json!({
+        "model": {"lr": 0.001, "hidden": [256, 256]},
+        "trainer": {"max_epochs": 3, "callbacks": []},
+        "plan": {"accelerator": "cpu", "strategy": "ddp", "precision": "32-true"},
+    });
+    let params = params(&hparams);
+    assert!(params.contains(&("model.lr".into(), "0.001".into())));
+    assert!(params.contains(&("model.hidden".into(), "[256,256]".into())));
+    assert!(params.contains(&("trainer.callbacks".into(), "[]".into())));
+    assert!(params.contains(&("plan.strategy".into(), "ddp".into())));
+    let tags = tags(&hparams);
+    assert_eq!(tags[1], json!({"key": "ember.strategy", "value": "ddp"}));
+}
+
+#[test]
+fn a_tracking_uri_is_required() {
+    let e = MlflowLogger::to("file:./mlruns", Path::new("version_0"))
+        .err()
+        .unwrap();
+    let e = e.to_string();
+    assert!(
+        e.contains(TRACKING_URI_VAR) && e.contains("file:./mlruns"),
+        "{e}"
+    );
+    let logger = MlflowLogger::to(
+        "http://127.0.0.1:5000/",
+        Path::new("lightning_logs/version_3"),
+    );
+    let logger = logger.unwrap();
+    assert_eq!(
+        (logger.base.as_str(), logger.run_name.as_str()),
+        ("http://127.0.0.1:5000", "version_3")
+    );
+}
+
+/// What the stand-in server was sent: each request's path and JSON body.
+type Requests = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// Answers every request on `listener` as an MLflow server would (one experiment, one run)
+/// and records it, until the test ends.
+fn serve(listener: TcpListener) -> Requests {
+    let requests = Requests::default();
+    let seen = Arc::clone(&requests);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let path = line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned();
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).unwrap();
+                if header.trim().is_empty() {
+                    break;
+                }
+                if let Some(n) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = n.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let answer = if path.contains("experiments/get-by-name") {
+                json!({"experiment": {"experiment_id": "1"}})
+            } else if path.ends_with("runs/create") {
+                json!({"run": {"info": {"run_id": "r1", "artifact_uri": "mlflow-artifacts:/1/r1/artifacts"}}})
+            } else {
+                json!({})
+            };
+            let sent = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            seen.lock().unwrap().push((path, sent));
+            let answer = answer.to_string();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                answer.len()
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream.write_all(answer.as_bytes()).unwrap();
+        }
+    });
+    requests
+}
+
+/// The steps of every metric the server got.
+fn steps_sent(requests: &Requests) -> Vec<u64> {
+    let requests = requests.lock().unwrap();
+    (requests.iter())
+        .flat_map(|(_, body)| body["metrics"].as_array().cloned().unwrap_or_default())
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_server_that_comes_back_mid_run_gets_what_was_held() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("http://127.0.0.1:{port}");
+    let mut logger = MlflowLogger::to(&uri, &dir.path().join("version_0")).unwrap();
+    let loss = |v: f64| BTreeMap::from([("train_loss".to_owned(), v)]);
+    // Nothing listens: the run, its params and the first metrics are held.
+    let hparams = json!({"model": {"lr": 0.001}, "plan": {"accelerator": "cpu"}});
+    logger.log_hyperparams(&hparams).unwrap();
+    logger.log_metrics(&loss(2.0), 0).unwrap();
+    logger.save().unwrap();
+    assert!(logger.failed_once && logger.retry_at.is_some());
+    assert_eq!((logger.pending_params.len(), logger.pending.len()), (2, 1));
+
+    // The server is back, but the logger waits out the retry interval.
+    let requests = serve(TcpListener::bind(("127.0.0.1", port)).unwrap());
+    logger.log_metrics(&loss(1.5), 9).unwrap();
+    logger.save().unwrap();
+    assert!(requests.lock().unwrap().is_empty(), "tried again too soon");
+
+    // Once it is over, everything held goes, then the rest of the run.
+    logger.retry_at = Some(Instant::now());
+    logger.save().unwrap();
+    assert!(logger.retry_at.is_none() && logger.pending.is_empty());
+    logger.log_metrics(&loss(1.0), 19).unwrap();
+    logger.finalize(true).unwrap();
+    assert_eq!(steps_sent(&requests), [0, 9, 19]);
+    let requests = requests.lock().unwrap();
+    let paths: Vec<&str> = requests.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths.iter().filter(|p| p.ends_with("runs/create")).count(),
+        1,
+        "{paths:?}"
+    );
+    let params = &requests
+        .iter()
+        .find(|(_, body)| body.get("params").is_some())
+        .unwrap()
+        .1["params"];
+    assert!(
+        params
+            .as_array()
+            .unwrap()
+            .contains(&json!({"key": "model.lr", "value": "0.001"})),
+        "{params}"
+    );
+    let (last, ended) = requests.last().unwrap();
+    assert!(last.ends_with("runs/update"), "{paths:?}");
+    assert_eq!(ended["status"], "FINISHED");
+}
