@@ -375,9 +375,11 @@ fn fit_trains_logs_and_checkpoints_then_test_reads_the_checkpoint() {
             dir.path(),
             &["test", &format!("--trainer.ckpt_path={name}")],
         );
-        assert_eq!(out.status.code(), Some(1));
+        // A checkpoint that cannot be read is a bad --trainer.ckpt_path: exit 2.
+        assert_eq!(out.status.code(), Some(2));
         let err = stderr(&out);
         assert!(err.contains(name) && err.contains(needle), "{err}");
+        assert!(err.contains("--trainer.ckpt_path"), "{err}");
     }
 
     let out = digits_in(dir.path(), &["predict", &ckpt_flag]);

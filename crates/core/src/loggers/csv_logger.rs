@@ -50,6 +50,27 @@ impl CsvLogger {
     }
 }
 
+/// The rows of a `metrics.csv` this logger wrote: each step with the metrics its row holds.
+pub fn read_rows(path: &Path) -> anyhow::Result<Vec<(u64, BTreeMap<String, f64>)>> {
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    let names: Vec<String> = reader.headers()?.iter().map(str::to_owned).collect();
+    let mut rows = Vec::new();
+    for (line, record) in reader.records().enumerate() {
+        let record = record?;
+        let bad = || format!("{}: row {} has no step", path.display(), line + 2);
+        let step = record
+            .get(0)
+            .and_then(|s| s.parse().ok())
+            .with_context(bad)?;
+        let metrics = (names.iter().zip(record.iter()).skip(1))
+            .filter_map(|(name, cell)| Some((name.clone(), cell.parse().ok()?)))
+            .collect();
+        rows.push((step, metrics));
+    }
+    Ok(rows)
+}
+
 impl Logger for CsvLogger {
     fn log_hyperparams(&mut self, hparams: &Value) -> anyhow::Result<()> {
         let yaml = serde_yaml::to_string(hparams).context("rendering hparams.yaml")?;
@@ -95,6 +116,8 @@ mod tests {
             text,
             "step,epoch,train_loss,val_acc\n10,,0.5,\n12,0,,0.75\n"
         );
+        let rows = read_rows(&dir.join(METRICS_FILE)).unwrap();
+        assert_eq!(rows, logger.rows, "read back as written");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::Value;
 
-pub use csv_logger::{CsvLogger, METRICS_FILE};
+pub use csv_logger::{CsvLogger, HPARAMS_FILE, METRICS_FILE, read_rows};
 pub use mlflow::MlflowLogger;
 pub use tensorboard::{TensorBoardLogger, masked_crc};
 pub use tracing_logger::TracingLogger;

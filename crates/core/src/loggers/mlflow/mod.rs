@@ -271,6 +271,64 @@ impl MlflowLogger {
         files.sort();
         files
     }
+
+    /// Holds `metrics` of `step` for the server, up to [`MAX_HELD`] (beyond: a warning, once).
+    fn hold(&mut self, metrics: &BTreeMap<String, f64>, step: u64) {
+        let timestamp = now_ms();
+        // MLflow takes no NaN or infinity in JSON; a non-finite value is left out.
+        let records: Vec<Value> = (metrics.iter())
+            .filter(|(_, v)| v.is_finite())
+            .map(|(key, value)| json!({"key": key, "value": value, "timestamp": timestamp, "step": step}))
+            .collect();
+        let room = MAX_HELD.saturating_sub(self.pending.len());
+        if records.len() > room && !self.dropped {
+            self.dropped = true;
+            eprintln!(
+                "warning: MLflow logger: {MAX_HELD} metrics are held for the server; later ones are only in {}",
+                self.log_dir.join(super::METRICS_FILE).display()
+            );
+        }
+        self.pending.extend(records.into_iter().take(room));
+    }
+
+    /// Uploads the artifacts and marks the run FINISHED (or FAILED).
+    fn end_run(&mut self, success: bool) -> anyhow::Result<()> {
+        let run_id = self.remote()?.run_id.clone();
+        for (file, name) in self.artifacts() {
+            self.upload(&file, &name)
+                .with_context(|| format!("uploading {name}"))?;
+        }
+        let status = if success { "FINISHED" } else { "FAILED" };
+        let body = json!({"run_id": run_id, "status": status, "end_time": now_ms()});
+        self.post("runs/update", body).map(drop)
+    }
+
+    /// Sends a run's local copy in `log_dir` (`hparams.yaml`, `metrics.csv`, and what an entry
+    /// point's end uploads) to the server `MLFLOW_TRACKING_URI` names, as a FINISHED run named
+    /// after the directory: for a run the server never got. Returns the server's address.
+    pub fn send_run(log_dir: &Path) -> anyhow::Result<String> {
+        Self::new(log_dir)?.send_copy()
+    }
+
+    /// [`send_run`](Self::send_run) by this logger.
+    fn send_copy(mut self) -> anyhow::Result<String> {
+        let log_dir = self.log_dir.clone();
+        let hparams_file = log_dir.join(super::HPARAMS_FILE);
+        if hparams_file.is_file() {
+            let text = std::fs::read_to_string(&hparams_file)
+                .with_context(|| format!("reading {}", hparams_file.display()))?;
+            let hparams: Value = serde_yaml::from_str(&text)
+                .with_context(|| format!("reading {}", hparams_file.display()))?;
+            self.tags = tags(&hparams);
+            self.pending_params = params(&hparams);
+        }
+        for (step, metrics) in super::read_rows(&log_dir.join(super::METRICS_FILE))? {
+            self.hold(&metrics, step);
+        }
+        self.send_held()?;
+        self.end_run(true)?;
+        Ok(self.base)
+    }
 }
 
 /// A response's JSON, or an error naming the endpoint and the server's message.
@@ -339,21 +397,7 @@ impl Logger for MlflowLogger {
     }
 
     fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, step: u64) -> anyhow::Result<()> {
-        let timestamp = now_ms();
-        // MLflow takes no NaN or infinity in JSON; a non-finite value is left out.
-        let records: Vec<Value> = (metrics.iter())
-            .filter(|(_, v)| v.is_finite())
-            .map(|(key, value)| json!({"key": key, "value": value, "timestamp": timestamp, "step": step}))
-            .collect();
-        let room = MAX_HELD.saturating_sub(self.pending.len());
-        if records.len() > room && !self.dropped {
-            self.dropped = true;
-            eprintln!(
-                "warning: MLflow logger: {MAX_HELD} metrics are held for the server; later ones are only in {}",
-                self.log_dir.join(super::METRICS_FILE).display()
-            );
-        }
-        self.pending.extend(records.into_iter().take(room));
+        self.hold(metrics, step);
         if self.pending.len() >= BATCH {
             self.sync(false);
         }
@@ -368,22 +412,14 @@ impl Logger for MlflowLogger {
     fn finalize(&mut self, success: bool) -> anyhow::Result<()> {
         if !self.sync(true) {
             eprintln!(
-                "warning: MLflow logger: the server at {} has not got the whole run; {} keeps it",
+                "warning: MLflow logger: the server at {} has not got the whole run; {} keeps it, and `mlflow-upload {}` sends it when the server answers",
                 self.base,
-                self.log_dir.join(super::METRICS_FILE).display()
+                self.log_dir.join(super::METRICS_FILE).display(),
+                self.log_dir.display()
             );
             return Ok(());
         }
-        let ended = (|| {
-            let run_id = self.remote()?.run_id.clone();
-            for (file, name) in self.artifacts() {
-                self.upload(&file, &name)
-                    .with_context(|| format!("uploading {name}"))?;
-            }
-            let status = if success { "FINISHED" } else { "FAILED" };
-            let body = json!({"run_id": run_id, "status": status, "end_time": now_ms()});
-            self.post("runs/update", body).map(drop)
-        })();
+        let ended = self.end_run(success);
         if let Err(e) = ended {
             eprintln!(
                 "warning: MLflow logger: ending the run at {} failed ({e:#}); {} keeps it",

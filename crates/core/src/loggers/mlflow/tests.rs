@@ -161,3 +161,45 @@ fn a_server_that_comes_back_mid_run_gets_what_was_held() {
     assert!(last.ends_with("runs/update"), "{paths:?}");
     assert_eq!(ended["status"], "FINISHED");
 }
+
+/// A run the server never got goes up later from its local copy, as the same run would have.
+#[test]
+fn a_runs_local_copy_is_sent_later() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}", listener.local_addr().unwrap());
+    let requests = serve(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = dir.path().join("version_4");
+    std::fs::create_dir(&log_dir).unwrap();
+    let mut csv = super::super::CsvLogger::new(&log_dir);
+    csv.log_hyperparams(&json!({"model": {"lr": 0.01}}))
+        .unwrap();
+    for (step, loss) in [(9, 2.0), (19, 1.0)] {
+        let metrics = BTreeMap::from([("train_loss".to_owned(), loss), ("epoch".to_owned(), 0.0)]);
+        csv.log_metrics(&metrics, step).unwrap();
+    }
+    csv.save().unwrap();
+    let server = MlflowLogger::to(&uri, &log_dir)
+        .unwrap()
+        .send_copy()
+        .unwrap();
+    assert_eq!(server, uri);
+    assert_eq!(
+        steps_sent(&requests),
+        [9, 9, 19, 19],
+        "train_loss and epoch each step"
+    );
+    let requests = requests.lock().unwrap();
+    let created = &requests
+        .iter()
+        .find(|(p, _)| p.ends_with("runs/create"))
+        .unwrap()
+        .1;
+    assert_eq!(created["run_name"], "version_4");
+    assert!(
+        requests
+            .iter()
+            .any(|(_, b)| b["params"][0] == json!({"key": "model.lr", "value": "0.01"}))
+    );
+    assert_eq!(requests.last().unwrap().1["status"], "FINISHED");
+}
