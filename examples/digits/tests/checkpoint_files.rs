@@ -196,10 +196,10 @@ fn ckpt_path_last_resumes_with_callback_states_and_best_evaluates_the_best() {
     let relative = newest.strip_prefix(dir.path()).unwrap();
     assert!(
         stderr(&out).contains(&format!(
-            "--trainer.ckpt_path=last: using ./{}",
+            "--trainer.ckpt_path=last: using ./{}\n  (the checkpoint with the most optimizer steps, 69,",
             relative.display()
         )),
-        "{}",
+        "the choice and why (Lightning's `last` is the newest file): {}",
         stderr(&out)
     );
     assert!(
