@@ -7,6 +7,7 @@
 
 mod layering;
 mod matrix;
+mod repeat;
 mod unify;
 
 use std::path::PathBuf;
@@ -19,8 +20,10 @@ const HELP: &str = "\
 cargo xtask <task>
 
   digits [ARGS]      train the digits example on CPU (release build): digits fit ARGS
-  test [--row NAME]  every test: the acceptance suite once per backend (see test-matrix);
-                     --row cpu|cuda|wgpu|xla|tch runs that row alone
+  test [--row NAME] [--repeat N]
+                     every test: the acceptance suite once per backend (see test-matrix);
+                     --row cpu|cuda|wgpu|xla|tch runs that row alone; --repeat N runs the
+                     rows N times over and counts each failing test's failures
   test-matrix        cpu: all tests; the backend rows build the workspace with their feature
                      and run the tests that change with it (ember, the acceptance suite,
                      digits, the accelerator crates; conv on xla): cuda (no GPU
@@ -78,8 +81,27 @@ fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
 
 /// [`run`] with more variables, e.g. [`torch_env`].
 fn run_in(program: &str, args: &[&str], envs: &[(&str, &str)], more: &[(String, String)]) -> bool {
+    let status = command(program, args, envs, more).status();
+    match status {
+        Ok(s) => s.success(),
+        Err(e) => {
+            eprintln!("xtask: cannot run {program}: {e}");
+            false
+        }
+    }
+}
+
+/// `program args` in the repository root with the shared cargo settings and the variables
+/// `envs` and `more`, announced on stderr.
+fn command(
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    more: &[(String, String)],
+) -> Command {
     eprintln!("xtask: {program} {}", args.join(" "));
-    let status = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .current_dir(root())
         .env("CARGO_TARGET_DIR", target_dir())
@@ -94,15 +116,8 @@ fn run_in(program: &str, args: &[&str], envs: &[(&str, &str)], more: &[(String, 
             std::env::var("CARGO_INCREMENTAL").unwrap_or_else(|_| "0".into()),
         )
         .envs(envs.iter().copied())
-        .envs(more.iter().map(|(k, v)| (k, v)))
-        .status();
-    match status {
-        Ok(s) => s.success(),
-        Err(e) => {
-            eprintln!("xtask: cannot run {program}: {e}");
-            false
-        }
-    }
+        .envs(more.iter().map(|(k, v)| (k, v)));
+    command
 }
 
 /// `cargo bench` of the digits bench `bench` with the xla accelerator built in, passing it
@@ -216,9 +231,14 @@ fn main() -> ExitCode {
             cargo.extend(&rest);
             setup(false) && run("cargo", &cargo, &[])
         }
-        Some("test") | Some("test-matrix") => match selected_rows(&rest) {
-            Some(rows) => setup(true) && test_matrix(rows),
-            None => return ExitCode::from(2),
+        Some("test") | Some("test-matrix") => match (selected_rows(&rest), repeat::count(&rest)) {
+            (Some(rows), Ok(None)) => setup(true) && test_matrix(rows),
+            (Some(rows), Ok(Some(runs))) => setup(true) && repeat::repeat(&rows, runs),
+            (_, Err(message)) => {
+                eprintln!("xtask: {message}");
+                return ExitCode::from(2);
+            }
+            (None, _) => return ExitCode::from(2),
         },
         Some("fault") => match rest.first() {
             Some(&"checkpoint") => {

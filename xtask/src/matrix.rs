@@ -38,13 +38,21 @@ pub(crate) struct Row {
     what: &'static str,
     features: Option<&'static str>,
     keeps: &'static [&'static str],
-    envs: Vec<(&'static str, &'static str)>,
+    pub(crate) envs: Vec<(&'static str, &'static str)>,
 }
 
 impl Row {
     /// Whether the row builds LibTorch (the tch row; its build needs the torch venv).
     pub(crate) fn builds_libtorch(&self) -> bool {
         self.backend == "tch"
+    }
+
+    /// The variables the row's cargo needs beyond its own: LibTorch's for the tch row.
+    pub(crate) fn more_env(&self) -> Vec<(String, String)> {
+        match self.builds_libtorch() {
+            true => torch_env(),
+            false => Vec::new(),
+        }
     }
 
     /// The packages the row leaves out of the workspace.
@@ -76,7 +84,7 @@ impl Row {
     }
 
     /// The row's `cargo` arguments.
-    fn args(&self) -> Vec<&'static str> {
+    pub(crate) fn args(&self) -> Vec<&'static str> {
         let mut args = vec!["test", "--no-fail-fast"];
         args.extend(self.selection());
         args
@@ -147,12 +155,7 @@ pub(crate) fn test_matrix(rows: Vec<Row>) -> bool {
     let mut results = Vec::new();
     for row in rows {
         let start = Instant::now();
-        let more = if row.builds_libtorch() {
-            torch_env()
-        } else {
-            Vec::new()
-        };
-        let ok = run_in("cargo", &row.args(), &row.envs, &more);
+        let ok = run_in("cargo", &row.args(), &row.envs, &row.more_env());
         results.push((row.backend, row.what, ok, start.elapsed().as_secs()));
     }
     println!(
