@@ -40,8 +40,7 @@ impl Callback for DeviceStatsMonitor {
 
     fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
         let stepped = ctx.state.global_step;
-        let every = ctx.state.log_every_n_steps.max(1);
-        if !stepped.is_multiple_of(every) || self.last_step == Some(stepped) {
+        if !ctx.state.logs_step_metrics() || self.last_step == Some(stepped) {
             return Ok(());
         }
         self.last_step = Some(stepped);

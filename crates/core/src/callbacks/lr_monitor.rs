@@ -58,10 +58,7 @@ impl Callback for LearningRateMonitor {
     }
 
     fn on_train_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        let every = ctx.state.log_every_n_steps.max(1);
-        if self.config.logging_interval == LoggingInterval::Step
-            && ctx.state.global_step.is_multiple_of(every)
-        {
+        if self.config.logging_interval == LoggingInterval::Step && ctx.state.logs_step_metrics() {
             self.log(ctx)?;
         }
         Ok(())

@@ -152,6 +152,16 @@ impl TrainerState {
         });
     }
 
+    /// Whether the optimizer step just taken is one whose step metrics the Trainer logs (every
+    /// `log_every_n_steps`-th); a callback that logs beside them remembers the step it logged,
+    /// since a batch that only accumulates gradients leaves the global step as it was.
+    pub fn logs_step_metrics(&self) -> bool {
+        self.global_step > 0
+            && self
+                .global_step
+                .is_multiple_of(self.log_every_n_steps.max(1))
+    }
+
     /// The step metrics are logged at: during `fit`, the optimizer steps taken before the one
     /// just done (Lightning's `_batches_that_stepped` when it logs, so the first step's metrics
     /// are at step 0); otherwise the global step.

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 use plotters::prelude::*;
 
-use super::csv_logger::METRICS_FILE;
+use super::csv_logger::{METRICS_FILE, read_rows};
 
 /// Name of the picture.
 pub const CURVES_FILE: &str = "curves.png";
@@ -55,35 +55,19 @@ fn family(name: &str) -> String {
     }
 }
 
-/// Reads metrics.csv into series (the `epoch` column is not a curve).
+/// Reads metrics.csv into series, by name (the `epoch` column is not a curve; non-finite
+/// values are left out).
 fn read_series(csv_path: &Path) -> anyhow::Result<Vec<Series>> {
-    let mut reader = csv::Reader::from_path(csv_path)
-        .with_context(|| format!("reading {}", csv_path.display()))?;
-    let names: Vec<String> = reader.headers()?.iter().map(str::to_owned).collect();
-    let mut series: Vec<Series> = names
-        .iter()
-        .map(|name| Series {
-            name: name.clone(),
-            points: Vec::new(),
-        })
-        .collect();
-    for record in reader.records() {
-        let record = record?;
-        let Some(step) = record.get(0).and_then(|s| s.parse::<f64>().ok()) else {
-            continue;
-        };
-        for (column, cell) in record.iter().enumerate().skip(1) {
-            if let Ok(value) = cell.parse::<f64>()
-                && value.is_finite()
-            {
-                series[column].points.push((step, value));
-            }
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for (step, metrics) in read_rows(csv_path)? {
+        for (name, value) in metrics.into_iter().filter(|(_, v)| v.is_finite()) {
+            series.entry(name).or_default().push((step as f64, value));
         }
     }
     Ok(series
         .into_iter()
-        .skip(1)
-        .filter(|s| s.name != "epoch" && !s.points.is_empty())
+        .filter(|(name, _)| name != "epoch")
+        .map(|(name, points)| Series { name, points })
         .collect())
 }
 

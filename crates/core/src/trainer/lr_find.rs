@@ -227,7 +227,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         if let Some(path) = &self.options.ckpt_path {
             return Err(FlagError::new(
                 "--trainer.lr_find",
-                "true",
+                shown(settings),
                 format!(
                     "false when fit resumes (--trainer.ckpt_path={}): it finds a rate for a fit from the start; a resumed fit continues with its checkpoint's",
                     path.display()

@@ -63,7 +63,6 @@ pub struct MlflowLogger {
     failed_once: bool,
     /// Whether metrics beyond [`MAX_HELD`] were left to the local copy.
     dropped: bool,
-    retry_every: Duration,
 }
 
 fn now_ms() -> u64 {
@@ -115,7 +114,6 @@ impl MlflowLogger {
             retry_at: None,
             failed_once: false,
             dropped: false,
-            retry_every: RETRY_EVERY,
         })
     }
 
@@ -196,12 +194,12 @@ impl MlflowLogger {
                     eprintln!(
                         "warning: MLflow logger: the server at {} failed ({e:#}); training goes on, the logger holds what it has not sent and tries again every {} s, and {} keeps the whole run",
                         self.base,
-                        self.retry_every.as_secs(),
+                        RETRY_EVERY.as_secs(),
                         self.log_dir.join(super::METRICS_FILE).display()
                     );
                 }
                 self.failed_once = true;
-                self.retry_at = Some(Instant::now() + self.retry_every);
+                self.retry_at = Some(Instant::now() + RETRY_EVERY);
                 false
             }
         }
@@ -419,8 +417,7 @@ impl Logger for MlflowLogger {
             );
             return Ok(());
         }
-        let ended = self.end_run(success);
-        if let Err(e) = ended {
+        if let Err(e) = self.end_run(success) {
             eprintln!(
                 "warning: MLflow logger: ending the run at {} failed ({e:#}); {} keeps it",
                 self.base,

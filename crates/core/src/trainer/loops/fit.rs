@@ -90,7 +90,7 @@ where
         let mut opt = Optimization::new(model, optimizers)?;
         let mut position = Position::default();
         if let Some((path, checkpoint)) = resume_from {
-            (opt, position) = Self::restore(trainer, run, &schedule, opt, (checkpoint, &path))?;
+            (opt, position) = Self::restore(trainer, run, &schedule, opt, checkpoint, &path)?;
         }
         Ok(Self {
             trainer,

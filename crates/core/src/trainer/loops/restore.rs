@@ -37,7 +37,8 @@ where
         run: &mut Run,
         schedule: &FitSchedule,
         mut opt: Optimization<B, M>,
-        (mut checkpoint, path): (Checkpoint, &Path),
+        mut checkpoint: Checkpoint,
+        path: &Path,
     ) -> anyhow::Result<(Optimization<B, M>, Position)> {
         opt.model = checkpoint.load_model::<B, M>(opt.model, path)?;
         let ids = param_ids::<B, M>(&opt.model);
