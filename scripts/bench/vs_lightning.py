@@ -4,11 +4,15 @@ loop (`torch-hand`) or by PyTorch Lightning's Trainer (`lightning`).
 
     python vs_lightning.py torch-hand|lightning DATA_DIR HIDDEN BATCH EPOCHS [--no-val]
         [--device cpu|cuda] [--precision 32-true|bf16-mixed]
-        [--model mlp|cnn] [--lr LR] [--lr-decay FACTOR]
+        [--model mlp|cnn|resnet] [--lr LR] [--lr-decay FACTOR]
 
 `--model mlp` (the default) is the digits MLP with hidden widths HIDDEN, e.g. 256,256;
 `--model cnn` is the conv example's CNN (HIDDEN is its two channel counts, e.g. 16,32): conv
-3x3 pad 1, batch norm, ReLU, twice, a 2x2 max pool, dropout 0.25, a linear classifier. Adam at
+3x3 pad 1, batch norm, ReLU, twice, a 2x2 max pool, dropout 0.25, a linear classifier;
+`--model resnet` is the conv example's ResNet on 32x32 RGB images (HIDDEN is its width, e.g.
+32; rows of 3072 pixels, channels first): a bias-free 3x3 stem with batch norm and ReLU, two
+residual blocks at that width, a strided one to twice it (its shortcut a strided 1x1 convolution
+with batch norm), global average pooling, a linear classifier. Adam at
 `--lr` (default 1e-3), multiplied by `--lr-decay` after every epoch (default 1: constant).
 
 DATA_DIR holds the split the Rust side wrote (train_x.f32, train_y.u8, val_x.f32, val_y.u8:
@@ -36,14 +40,14 @@ THREADS = 2
 SEED = 42
 
 
-def load(data_dir):
+def load(data_dir, pixels):
     def read(name, dtype, width):
         values = np.fromfile(os.path.join(data_dir, name), dtype=dtype)
         return values.reshape(-1, width) if width > 1 else values
 
-    train_x = torch.from_numpy(read("train_x.f32", "<f4", 64).copy())
+    train_x = torch.from_numpy(read("train_x.f32", "<f4", pixels).copy())
     train_y = torch.from_numpy(read("train_y.u8", "u1", 1).astype(np.int64))
-    val_x = torch.from_numpy(read("val_x.f32", "<f4", 64).copy())
+    val_x = torch.from_numpy(read("val_x.f32", "<f4", pixels).copy())
     val_y = torch.from_numpy(read("val_y.u8", "u1", 1).astype(np.int64))
     return train_x, train_y, val_x, val_y
 
@@ -71,6 +75,41 @@ def cnn(channels):
         nn.Flatten(),
         nn.Dropout(0.25),
         nn.Linear(c2 * 4 * 4, 10),
+    )
+
+
+def resnet(widths):
+    (w,) = widths
+
+    def conv3(c_in, c_out, stride=1):
+        return nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+
+    class Residual(nn.Module):
+        def __init__(self, c_in, c_out, stride):
+            super().__init__()
+            self.conv1, self.norm1 = conv3(c_in, c_out, stride), nn.BatchNorm2d(c_out)
+            self.conv2, self.norm2 = conv3(c_out, c_out), nn.BatchNorm2d(c_out)
+            self.shortcut = nn.Identity()
+            if stride != 1 or c_in != c_out:
+                self.shortcut = nn.Sequential(
+                    nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out)
+                )
+
+        def forward(self, x):
+            y = torch.relu(self.norm1(self.conv1(x)))
+            return torch.relu(self.norm2(self.conv2(y)) + self.shortcut(x))
+
+    return nn.Sequential(
+        nn.Unflatten(1, (3, 32, 32)),
+        conv3(3, w),
+        nn.BatchNorm2d(w),
+        nn.ReLU(),
+        Residual(w, w, 1),
+        Residual(w, w, 1),
+        Residual(w, 2 * w, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(2 * w, 10),
     )
 
 
@@ -217,11 +256,16 @@ def main():
     torch.manual_seed(SEED)
     widths = [int(h) for h in hidden.split(",")]
     model = option("--model", "mlp")
-    build = {"mlp": lambda: mlp(widths), "cnn": lambda: cnn(widths)}[model]
+    build = {
+        "mlp": lambda: mlp(widths),
+        "cnn": lambda: cnn(widths),
+        "resnet": lambda: resnet(widths),
+    }[model]
+    pixels = 3 * 32 * 32 if model == "resnet" else 64
     lr, decay = float(option("--lr", "1e-3")), float(option("--lr-decay", "1"))
     run = {"torch-hand": torch_hand, "lightning": lightning_fit}[contender]
     steps, train_s, val_acc = run(
-        load(data_dir), build, int(batch), int(epochs), validate, device, precision, lr, decay
+        load(data_dir, pixels), build, int(batch), int(epochs), validate, device, precision, lr, decay
     )
     val_acc = None if val_acc != val_acc else val_acc  # NaN (no validation) is JSON's null
     print(json.dumps({"steps": steps, "train_s": train_s, "val_acc": val_acc}))

@@ -7,19 +7,22 @@
 //! of the frees in a run, the thresholds can settle where every step maps, faults in, zeroes
 //! and unmaps its buffers again: the conv example's 345-step fit took 150 to 290 thousand page
 //! faults and ran 10–20 % slower, by a different amount each run. Fixed thresholds (`mmap` only
-//! from 32 MiB, trimming past 256 MiB of free memory) keep freed buffers for the next step:
-//! about 53 thousand faults, most of them start-up's, in every run.
+//! from 32 MiB, trimming only past 2 GiB of free memory) keep freed buffers for the next step:
+//! about 53 thousand faults, most of them start-up's, in every run. The trim threshold must be
+//! above what one step frees: a small ResNet on 32×32 images at batch 128 frees ~500 MB of
+//! activations and gradients at the end of every step, and with trimming past 256 MiB it
+//! faulted all of it in again the next step (4.3 million faults in 32 steps, 25 % of the time).
 //!
 //! Set once per process when a Trainer is made, on glibc targets only, and left alone when the
 //! user set malloc's thresholds (`GLIBC_TUNABLES` naming `glibc.malloc.`,
-//! `MALLOC_MMAP_THRESHOLD_` or `MALLOC_TRIM_THRESHOLD_`). The cost is that up to 256 MiB of
-//! freed memory stays mapped between steps.
+//! `MALLOC_MMAP_THRESHOLD_` or `MALLOC_TRIM_THRESHOLD_`). The cost is that the memory a step
+//! frees (up to 2 GiB) stays mapped between steps, for the next one to reuse.
 
 /// Blocks from this size up are mapped on their own (glibc's largest allowed threshold).
 pub const MMAP_THRESHOLD: i32 = 32 << 20;
 
 /// Free memory at the top of a heap past this is returned to the kernel.
-pub const TRIM_THRESHOLD: i32 = 256 << 20;
+pub const TRIM_THRESHOLD: i32 = i32::MAX;
 
 /// Fixes malloc's thresholds at [`MMAP_THRESHOLD`] and [`TRIM_THRESHOLD`] for this process
 /// unless the user set them; returns whether it did. Only the first call acts.

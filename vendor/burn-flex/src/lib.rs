@@ -32,6 +32,7 @@ compile_error!(
 mod backend;
 mod layout;
 mod nest;
+mod par;
 mod qtensor;
 mod strided_index;
 mod tensor;

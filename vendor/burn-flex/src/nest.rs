@@ -13,6 +13,10 @@
 //! values against one value of `g`.
 
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
+use core::ops::Range;
+
+use crate::par;
 
 use crate::layout::Layout;
 
@@ -108,42 +112,95 @@ impl ZipNest {
         });
     }
 
-    /// `op(lhs, rhs)` for every element, in row-major order.
-    pub(crate) fn map<E: Copy, R, Op>(&self, lhs: &[E], rhs: &[E], op: Op) -> Vec<R>
+    /// This nest over the indices `range` of its outermost dimension only.
+    fn narrowed(&self, range: Range<usize>) -> Self {
+        let mut sub = *self;
+        sub.shape[0] = range.len();
+        for k in 0..2 {
+            sub.offsets[k] += range.start as isize * self.strides[k][0];
+        }
+        sub
+    }
+
+    /// Elements per index of the outermost dimension.
+    fn outer_step(&self) -> usize {
+        self.shape[1..self.rank].iter().product()
+    }
+
+    /// `op(lhs, rhs)` for every element, in row-major order; large nests are cut along their
+    /// outermost dimension and run in parallel.
+    pub(crate) fn map<E: Copy + Sync, R: Send, Op>(&self, lhs: &[E], rhs: &[E], op: Op) -> Vec<R>
+    where
+        Op: Fn(E, E) -> R + Sync + Send,
+    {
+        let step = self.outer_step();
+        par::collect(self.num_elements(), step, |start, piece| {
+            let rows = start / step.max(1)..(start + piece.len()).div_ceil(step.max(1));
+            self.narrowed(rows).map_into(lhs, rhs, &op, piece);
+        })
+    }
+
+    /// [`map`](Self::map) on this thread, into `out` (exactly as long as the nest).
+    fn map_into<E: Copy, R, Op>(&self, lhs: &[E], rhs: &[E], op: Op, out: &mut [MaybeUninit<R>])
     where
         Op: Fn(E, E) -> R,
     {
-        let mut out = Vec::with_capacity(self.num_elements());
         let n = self.inner_len();
         let at = |start: isize| start as usize;
+        let mut next = 0;
+        let mut take = |count: usize| {
+            next += count;
+            next - count..next
+        };
         match self.inner_strides() {
             (1, 1) => self.for_each_run(|l, r| {
                 let (l, r) = (at(l), at(r));
-                out.extend(
-                    lhs[l..l + n]
-                        .iter()
-                        .zip(&rhs[r..r + n])
-                        .map(|(&a, &b)| op(a, b)),
-                );
+                let pairs = lhs[l..l + n].iter().zip(&rhs[r..r + n]);
+                for (d, (&a, &b)) in out[take(n)].iter_mut().zip(pairs) {
+                    d.write(op(a, b));
+                }
             }),
             (1, 0) => self.for_each_run(|l, r| {
                 let (l, b) = (at(l), rhs[at(r)]);
-                out.extend(lhs[l..l + n].iter().map(|&a| op(a, b)));
+                for (d, &a) in out[take(n)].iter_mut().zip(&lhs[l..l + n]) {
+                    d.write(op(a, b));
+                }
             }),
             (0, 1) => self.for_each_run(|l, r| {
                 let (a, r) = (lhs[at(l)], at(r));
-                out.extend(rhs[r..r + n].iter().map(|&b| op(a, b)));
+                for (d, &b) in out[take(n)].iter_mut().zip(&rhs[r..r + n]) {
+                    d.write(op(a, b));
+                }
             }),
             (ls, rs) => self.for_each_run(|l, r| {
-                out.extend((0..n as isize).map(|i| op(lhs[at(l + i * ls)], rhs[at(r + i * rs)])));
+                for (i, d) in out[take(n)].iter_mut().enumerate() {
+                    let i = i as isize;
+                    d.write(op(lhs[at(l + i * ls)], rhs[at(r + i * rs)]));
+                }
             }),
         }
-        out
+        assert_eq!(next, out.len(), "the nest's runs did not fill its output");
     }
 
     /// `dst = op(dst, rhs)` for every element, where `dst` is the lhs operand's storage and
-    /// the lhs layout was dense and row-major from index 0 (so each run is a slice of `dst`).
-    pub(crate) fn assign<E: Copy, Op>(&self, dst: &mut [E], rhs: &[E], op: Op)
+    /// the lhs layout was dense and row-major from index 0 (so each run is a slice of `dst`);
+    /// large nests are cut along their outermost dimension and run in parallel.
+    pub(crate) fn assign<E: Copy + Send + Sync, Op>(&self, dst: &mut [E], rhs: &[E], op: Op)
+    where
+        Op: Fn(E, E) -> E + Sync + Send,
+    {
+        let step = self.outer_step();
+        let len = self.num_elements();
+        par::update(&mut dst[..len], step, |start, piece| {
+            let rows = start / step.max(1)..(start + piece.len()).div_ceil(step.max(1));
+            let mut sub = self.narrowed(rows);
+            sub.offsets[0] -= start as isize;
+            sub.assign_here(piece, rhs, &op);
+        });
+    }
+
+    /// [`assign`](Self::assign) on this thread.
+    fn assign_here<E: Copy, Op>(&self, dst: &mut [E], rhs: &[E], op: Op)
     where
         Op: Fn(E, E) -> E,
     {

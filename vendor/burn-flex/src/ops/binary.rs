@@ -7,6 +7,7 @@ use burn_std::{Bytes, Shape, bf16, f16};
 use crate::FlexTensor;
 use crate::layout::Layout;
 use crate::nest::ZipNest;
+use crate::par;
 use crate::strided_index::StridedIter;
 
 #[cfg(feature = "simd")]
@@ -36,8 +37,8 @@ pub fn binary_op<F32Op, F64Op>(
     simd_hint: Option<BinaryOp>,
 ) -> FlexTensor
 where
-    F32Op: Fn(f32, f32) -> f32 + Copy,
-    F64Op: Fn(f64, f64) -> f64 + Copy,
+    F32Op: Fn(f32, f32) -> f32 + Copy + Sync + Send,
+    F64Op: Fn(f64, f64) -> f64 + Copy + Sync + Send,
 {
     debug_assert_eq!(lhs.dtype(), rhs.dtype(), "binary_op: dtype mismatch");
 
@@ -68,7 +69,7 @@ fn binary_op_f32<Op>(
     simd_hint: Option<BinaryOp>,
 ) -> FlexTensor
 where
-    Op: Fn(f32, f32) -> f32,
+    Op: Fn(f32, f32) -> f32 + Sync + Send,
 {
     // Permuted lhs + broadcast rhs (e.g. `x.permute(...) - mean`):
     // the generic path would walk the permuted lhs with a scalar
@@ -95,14 +96,15 @@ where
     {
         let r_slice: &[f32] = &rhs.storage()[r_start..r_end];
         let lhs_storage: &mut [f32] = lhs.storage_mut();
-        let l_slice = &mut lhs_storage[..l_end];
-
-        match simd_op {
-            BinaryOp::Add => simd::add_inplace_f32(l_slice, r_slice),
-            BinaryOp::Sub => simd::sub_inplace_f32(l_slice, r_slice),
-            BinaryOp::Mul => simd::mul_inplace_f32(l_slice, r_slice),
-            BinaryOp::Div => simd::div_inplace_f32(l_slice, r_slice),
-        }
+        par::update(&mut lhs_storage[..l_end], 1, |start, l| {
+            let r = &r_slice[start..start + l.len()];
+            match simd_op {
+                BinaryOp::Add => simd::add_inplace_f32(l, r),
+                BinaryOp::Sub => simd::sub_inplace_f32(l, r),
+                BinaryOp::Mul => simd::mul_inplace_f32(l, r),
+                BinaryOp::Div => simd::div_inplace_f32(l, r),
+            }
+        });
         return lhs;
     }
 
@@ -338,7 +340,7 @@ fn binary_op_f32<Op>(
     _simd_hint: Option<BinaryOp>,
 ) -> FlexTensor
 where
-    Op: Fn(f32, f32) -> f32,
+    Op: Fn(f32, f32) -> f32 + Sync + Send,
 {
     binary_op_typed(lhs, rhs, op)
 }
@@ -347,7 +349,7 @@ where
 pub(crate) fn binary_op_typed<E, Op>(mut lhs: FlexTensor, rhs: &FlexTensor, op: Op) -> FlexTensor
 where
     E: Element + bytemuck::Pod,
-    Op: Fn(E, E) -> E,
+    Op: Fn(E, E) -> E + Sync + Send,
 {
     let rhs_storage: &[E] = rhs.storage();
 
@@ -360,9 +362,11 @@ where
     {
         let lhs_storage: &mut [E] = lhs.storage_mut();
         let r_slice = &rhs_storage[r_start..r_end];
-        for (l, &r) in lhs_storage[..l_end].iter_mut().zip(r_slice) {
-            *l = op(*l, r);
-        }
+        par::update(&mut lhs_storage[..l_end], 1, |start, piece| {
+            for (l, &r) in piece.iter_mut().zip(&r_slice[start..]) {
+                *l = op(*l, r);
+            }
+        });
         return lhs;
     }
 
@@ -392,11 +396,10 @@ where
         (Some((l_start, l_end)), Some((r_start, r_end))) => {
             let l_slice = &lhs_storage[l_start..l_end];
             let r_slice = &rhs_storage[r_start..r_end];
-            l_slice
-                .iter()
-                .zip(r_slice)
-                .map(|(&a, &b)| op(a, b))
-                .collect()
+            par::collect(l_slice.len(), 1, |start, piece| {
+                let pairs = l_slice[start..].iter().zip(&r_slice[start..]);
+                par::write_all(piece, pairs.map(|(&a, &b)| op(a, b)));
+            })
         }
         // Fast path for 2D non-contiguous (common for transpose)
         _ if lhs.layout().num_dims() == 2 => {
@@ -462,8 +465,8 @@ pub fn scalar_op<F32Op, F64Op>(
     f64_op: F64Op,
 ) -> FlexTensor
 where
-    F32Op: Fn(f32, f32) -> f32 + Copy,
-    F64Op: Fn(f64, f64) -> f64 + Copy,
+    F32Op: Fn(f32, f32) -> f32 + Copy + Sync + Send,
+    F64Op: Fn(f64, f64) -> f64 + Copy + Sync + Send,
 {
     let dtype = tensor.dtype();
 
@@ -491,16 +494,18 @@ where
 pub(crate) fn scalar_op_typed<E, Op>(mut tensor: FlexTensor, scalar: E, op: Op) -> FlexTensor
 where
     E: Element + bytemuck::Pod,
-    Op: Fn(E, E) -> E,
+    Op: Fn(E, E) -> E + Sync + Send,
 {
     // In-place fast path: unique, contiguous at offset 0
     if tensor.is_unique()
         && let Some((0, end)) = tensor.layout().contiguous_offsets()
     {
         let storage: &mut [E] = tensor.storage_mut();
-        for x in storage[..end].iter_mut() {
-            *x = op(*x, scalar);
-        }
+        par::update(&mut storage[..end], 1, |_, piece| {
+            for x in piece.iter_mut() {
+                *x = op(*x, scalar);
+            }
+        });
         return tensor;
     }
 
@@ -510,7 +515,12 @@ where
     let storage: &[E] = tensor.storage();
 
     let result: Vec<E> = match tensor.layout().contiguous_offsets() {
-        Some((start, end)) => storage[start..end].iter().map(|&x| op(x, scalar)).collect(),
+        Some((start, end)) => {
+            let src = &storage[start..end];
+            par::collect(src.len(), 1, |at, piece| {
+                par::write_all(piece, src[at..].iter().map(|&x| op(x, scalar)));
+            })
+        }
         None => StridedIter::new(tensor.layout())
             .map(|i| op(storage[i], scalar))
             .collect(),
@@ -535,7 +545,7 @@ fn make_tensor<E: bytemuck::Pod + Send + Sync>(
 /// Supports all integer dtypes: I64, I32, I16, I8, U64, U32, U16, U8.
 pub fn int_binary_op<Op>(lhs: FlexTensor, rhs: FlexTensor, op: Op) -> FlexTensor
 where
-    Op: Fn(i64, i64) -> i64 + Copy,
+    Op: Fn(i64, i64) -> i64 + Copy + Sync + Send,
 {
     debug_assert_eq!(lhs.dtype(), rhs.dtype(), "int_binary_op: dtype mismatch");
 
@@ -563,7 +573,7 @@ where
 /// Note: scalar is truncated to target dtype (matches PyTorch).
 pub fn int_scalar_op<Op>(tensor: FlexTensor, scalar: i64, op: Op) -> FlexTensor
 where
-    Op: Fn(i64, i64) -> i64 + Copy,
+    Op: Fn(i64, i64) -> i64 + Copy + Sync + Send,
 {
     let dtype = tensor.dtype();
 

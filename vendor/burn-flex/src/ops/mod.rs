@@ -97,6 +97,7 @@ pub mod comparison;
 #[macro_use]
 mod conv_common;
 pub mod conv;
+mod conv2d_gemm;
 pub mod conv_transpose;
 pub mod cumulative;
 pub mod deform_conv;

@@ -2,7 +2,7 @@
 //!
 //! These operations power neural network modules like convolutions and pooling.
 
-use crate::ops::{conv, conv_transpose, deform_conv, interpolate, pool};
+use crate::ops::{conv, conv_transpose, conv2d_gemm, deform_conv, interpolate, pool};
 use crate::{Flex, FlexTensor, Layout};
 use burn_backend::{
     DType, Element, TensorMetadata,
@@ -65,11 +65,74 @@ impl ModuleOps<Flex> for Flex {
         options: ConvOptions<2>,
     ) -> FloatTensor<Flex> {
         match x.dtype() {
-            DType::F32 => conv::conv2d_f32(x, weight, bias, &options),
-            DType::F64 => conv::conv2d_f64(x, weight, bias, &options),
+            DType::F32 => conv2d_gemm::conv2d(x, weight, bias, &options, DType::F32, [0.0f32, 1.0]),
+            DType::F64 => conv2d_gemm::conv2d(x, weight, bias, &options, DType::F64, [0.0f64, 1.0]),
             DType::F16 => conv::conv2d_f16(x, weight, bias, &options),
-            DType::BF16 => conv::conv2d_bf16(x, weight, bias, &options),
+            DType::BF16 => {
+                use burn_std::bf16;
+                let out = conv2d_gemm::conv2d(
+                    cast_to_f32(x, bf16::to_f32),
+                    cast_to_f32(weight, bf16::to_f32),
+                    bias.map(|b| cast_to_f32(b, bf16::to_f32)),
+                    &options,
+                    DType::F32,
+                    [0.0f32, 1.0],
+                );
+                cast_from_f32(out, bf16::from_f32)
+            }
             dtype => panic!("conv2d: unsupported dtype {:?}", dtype),
+        }
+    }
+
+    fn conv2d_weight_backward(
+        x: FloatTensor<Flex>,
+        weight: FloatTensor<Flex>,
+        output_grad: FloatTensor<Flex>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Flex> {
+        let shape = weight.shape().dims::<4>();
+        match x.dtype() {
+            DType::F32 => conv2d_gemm::conv2d_weight_grad(
+                x,
+                output_grad,
+                &shape,
+                &options,
+                DType::F32,
+                [0.0f32, 1.0],
+            ),
+            DType::F64 => conv2d_gemm::conv2d_weight_grad(
+                x,
+                output_grad,
+                &shape,
+                &options,
+                DType::F64,
+                [0.0f64, 1.0],
+            ),
+            DType::F16 => {
+                use burn_std::f16;
+                let grad = conv2d_gemm::conv2d_weight_grad(
+                    cast_to_f32(x, f16::to_f32),
+                    cast_to_f32(output_grad, f16::to_f32),
+                    &shape,
+                    &options,
+                    DType::F32,
+                    [0.0f32, 1.0],
+                );
+                cast_from_f32(grad, f16::from_f32)
+            }
+            DType::BF16 => {
+                use burn_std::bf16;
+                let grad = conv2d_gemm::conv2d_weight_grad(
+                    cast_to_f32(x, bf16::to_f32),
+                    cast_to_f32(output_grad, bf16::to_f32),
+                    &shape,
+                    &options,
+                    DType::F32,
+                    [0.0f32, 1.0],
+                );
+                cast_from_f32(grad, bf16::from_f32)
+            }
+            dtype => panic!("conv2d_weight_backward: unsupported dtype {:?}", dtype),
         }
     }
 

@@ -16,18 +16,23 @@
 //! steps/s is optimizer steps over the fit's time less its validation time (the sanity check
 //! included), measured inside each process the same way; wall time and peak RSS are the whole
 //! process's, start-up included; the metric is val_acc (MLP, CNN) or val_loss (transformer).
-//! The last line is `ember(cpu)/Lightning: mlp X.XXx, cnn X.XXx, transformer X.XXx` (train
-//! steps/s, medians). The PyTorch sides are scripts/bench/vs_lightning.py and char_lm.py;
+//! The ResNet (the conv example's, on 4096 generated 32×32 RGB images, batch 128, Adam 1e-3,
+//! one epoch) also gets its FLOPs per training step from its layer shapes and each
+//! contender's share of this machine's peak, measured by a GEMM probe on the same threads.
+//! `--model resnet` (or a comma list) runs only the named models. The last line is
+//! `ember(cpu)/Lightning: mlp X.XXx, cnn X.XXx, transformer X.XXx, resnet X.XXx; resnet peak
+//! share ember A% torch B%` (train steps/s, medians). The PyTorch sides are scripts/bench/vs_lightning.py and char_lm.py;
 //! torch's `nn.MultiheadAttention` initialises its projections with Xavier, burn's with its
 //! linear default, the one difference in the initial-weight schemes.
 //!
 //! The same binary is each Rust contender: `models contender NAME MODEL` prints one JSON line.
 
-#[path = "../../digits/benches/common/contest.rs"]
+#[path = "../../../digits/benches/common/contest.rs"]
 mod contest;
-#[path = "../../digits/benches/common/rounds.rs"]
+mod resnet;
+#[path = "../../../digits/benches/common/rounds.rs"]
 mod rounds;
-#[path = "../../digits/benches/common/split.rs"]
+#[path = "../../../digits/benches/common/split.rs"]
 mod split;
 
 use std::cell::Cell;
@@ -46,6 +51,8 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use contest::{ValClock, python, run_contender};
+use convnet::images::GeneratedImages;
+use convnet::resnet::{ResNet, ResNetConfig};
 use convnet::{ConvConfig, ConvNet};
 use digits::data::{DigitsBatch, DigitsData, batch_of};
 use digits::model::{DigitsModel, ModelConfig, loss_and_accuracy};
@@ -64,6 +71,7 @@ enum Kind {
     Mlp,
     Cnn,
     Transformer,
+    ResNet,
 }
 
 /// A model of the comparison and how it is trained.
@@ -82,6 +90,7 @@ impl Model {
             Kind::Mlp => "mlp",
             Kind::Cnn => "cnn",
             Kind::Transformer => "transformer",
+            Kind::ResNet => "resnet",
         }
     }
 }
@@ -108,13 +117,32 @@ const TRANSFORMER: Model = Model {
     lr_decay: 1.0,
 };
 
+/// The ResNet on generated 32×32 images (Adam at a constant rate).
+const RESNET: Model = Model {
+    kind: Kind::ResNet,
+    epochs: 1,
+    lr: convnet::resnet::LR,
+    lr_decay: 1.0,
+};
+
 const BATCH: usize = 64;
 
 fn model_named(name: &str) -> anyhow::Result<Model> {
-    [MLP, CNN, TRANSFORMER]
+    [MLP, CNN, TRANSFORMER, RESNET]
         .into_iter()
         .find(|m| m.name() == name)
-        .ok_or_else(|| anyhow::anyhow!("unknown model {name}: mlp, cnn or transformer"))
+        .ok_or_else(|| anyhow::anyhow!("unknown model {name:?}: mlp, cnn, transformer or resnet"))
+}
+
+/// The models named by `--model a,b` among the arguments, else all of them.
+fn chosen_models(args: &[String]) -> anyhow::Result<Vec<Model>> {
+    match args.iter().position(|a| a == "--model") {
+        Some(i) => {
+            let names = args.get(i + 1).map(String::as_str).unwrap_or("");
+            names.split(',').map(model_named).collect()
+        }
+        None => Ok(vec![MLP, CNN, TRANSFORMER, RESNET]),
+    }
 }
 
 /// The contenders built into this binary, in the order of the table.
@@ -184,6 +212,10 @@ fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
             trainer = trainer.with_hparams(serde_json::json!({"model": lm, "data": data}));
             let net = CharLm::<A::Backend>::new(&lm, trainer.device());
             timed_fit!(net, CorpusData::new(data), "val_loss")
+        }
+        Kind::ResNet => {
+            let net = ResNet::<A::Backend>::new(&ResNetConfig::default(), trainer.device());
+            timed_fit!(net, GeneratedImages::new(resnet::images()), "val_acc")
         }
     };
     let train_s = seconds.as_secs_f64() - val_seconds.get();
@@ -336,6 +368,9 @@ fn contender(name: &str, model: Model) -> anyhow::Result<()> {
         }
         ("burn-hand", Kind::Cnn) => cnn_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
         ("burn-hand", Kind::Transformer) => lm_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
+        ("burn-hand", Kind::ResNet) => {
+            resnet::resnet_by_hand::<Autodiff<Flex>>(&FlexDevice, model.epochs, SEED)?
+        }
         (other, _) => anyhow::bail!("unknown contender {other}"),
     };
     let report = serde_json::json!({"steps": steps, "train_s": train_s, "metric": metric});
@@ -356,6 +391,18 @@ fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
             let mut c = Command::new(python("models")?);
             c.arg(script).arg(name).arg(data.join("lm"));
             c.arg(model.epochs.to_string());
+            c
+        }
+        "torch-hand" | "lightning" if model.kind == Kind::ResNet => {
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../scripts/bench/vs_lightning.py"
+            );
+            let images = resnet::images();
+            let mut c = Command::new(python("models")?);
+            c.arg(script).arg(name).arg(data.join("images")).arg("32");
+            c.args([images.batch_size.to_string(), model.epochs.to_string()]);
+            c.args(["--model", "resnet", "--lr", &model.lr.to_string()]);
             c
         }
         "torch-hand" | "lightning" => {
@@ -462,6 +509,7 @@ fn main() -> anyhow::Result<()> {
     split::write_split(&data_config(), data.path())?;
     std::fs::create_dir(data.path().join("lm"))?;
     write_windows(&data.path().join("lm"))?;
+    resnet::write_images(&data.path().join("images"))?;
     let names = contenders();
     // A first untimed run of each warms the page cache (libraries, Python's modules).
     let warm = Model { epochs: 1, ..MLP };
@@ -469,8 +517,10 @@ fn main() -> anyhow::Result<()> {
         measure(name, warm, data.path())?;
     }
     let lightning = names.len() - 1;
+    let torch = names.len() - 2;
     let mut ratios = Vec::new();
-    for model in [MLP, CNN, TRANSFORMER] {
+    let mut shares = String::new();
+    for model in chosen_models(&args)? {
         println!(
             "\n{}: {} epochs, validation every epoch; {THREADS} threads each; {rounds} rounds",
             model.name(),
@@ -482,7 +532,31 @@ fn main() -> anyhow::Result<()> {
             model.name(),
             medians[0] / medians[lightning]
         ));
+        if model.kind == Kind::ResNet {
+            let flops = resnet::flops_per_step();
+            let peak = resnet::gemm_peak(THREADS.parse()?);
+            println!(
+                "{:.1} GFLOP per training step (forward multiply-adds x 2 x 3); \
+                 this machine's GEMM peak on {THREADS} threads: {:.0} GFLOP/s",
+                flops / 1e9,
+                peak / 1e9
+            );
+            for (name, steps_per_s) in names.iter().zip(&medians) {
+                let achieved = flops * steps_per_s;
+                println!(
+                    "{name:<14} {:>6.1} GFLOP/s  {:>4.0}% of peak",
+                    achieved / 1e9,
+                    100.0 * achieved / peak
+                );
+            }
+            let share = |i: usize| 100.0 * flops * medians[i] / peak;
+            shares = format!(
+                "; resnet peak share ember {:.0}% torch {:.0}%",
+                share(0),
+                share(torch)
+            );
+        }
     }
-    println!("ember(cpu)/Lightning: {}", ratios.join(", "));
+    println!("ember(cpu)/Lightning: {}{shares}", ratios.join(", "));
     Ok(())
 }

@@ -1,0 +1,630 @@
+//! 2-D convolution and its weight gradient as one GEMM per batch item and group.
+//!
+//! Each batch item's input is turned channels-last once, unfolded into a matrix of one row per
+//! output position (its patch, kernel position outer and channel inner), and multiplied by the
+//! weight laid out the same way: for the forward pass straight into the item's output planes,
+//! for the weight gradient into a partial sum of `dY · patches` over a fixed chunk of items.
+//! Batch items (forward) and chunks (weight gradient) run in parallel, each GEMM on one thread
+//! with its scratch buffers reused across the items a thread takes. The chunks are fixed by the
+//! batch size alone and their partial sums are added in order, so the weight gradient does not
+//! depend on the number of threads.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use burn_backend::DType;
+use burn_backend::ops::ConvOptions;
+use burn_backend::ops::conv::calculate_conv_output_size;
+use burn_std::{Bytes, Shape};
+use core::ops::Range;
+
+use super::conv_common::add_bias;
+use crate::{FlexTensor, Layout};
+
+/// Partial sums of the weight gradient: the batch is cut into at most this many chunks.
+const WEIGHT_GRAD_CHUNKS: usize = 16;
+
+/// Output positions per GEMM (rounded to whole output rows).
+const TILE_POSITIONS: usize = 128;
+
+/// The sizes of one 2-D convolution.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    batch: usize,
+    c_in: usize,
+    in_h: usize,
+    in_w: usize,
+    c_out: usize,
+    k_h: usize,
+    k_w: usize,
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    out_h: usize,
+    out_w: usize,
+    groups: usize,
+}
+
+impl Geometry {
+    fn new(x: &[usize], weight: &[usize], options: &ConvOptions<2>) -> Self {
+        let (k_h, k_w) = (weight[2], weight[3]);
+        let out = |i: usize, k: usize, size: usize| {
+            calculate_conv_output_size(
+                k,
+                options.stride[i],
+                options.padding[i],
+                options.dilation[i],
+                size,
+            )
+        };
+        Self {
+            batch: x[0],
+            c_in: x[1],
+            in_h: x[2],
+            in_w: x[3],
+            c_out: weight[0],
+            k_h,
+            k_w,
+            stride: options.stride,
+            padding: options.padding,
+            dilation: options.dilation,
+            out_h: out(0, k_h, x[2]),
+            out_w: out(1, k_w, x[3]),
+            groups: options.groups,
+        }
+    }
+
+    fn in_plane(&self) -> usize {
+        self.in_h * self.in_w
+    }
+
+    fn positions(&self) -> usize {
+        self.out_h * self.out_w
+    }
+
+    fn in_per_group(&self) -> usize {
+        self.c_in / self.groups
+    }
+
+    fn out_per_group(&self) -> usize {
+        self.c_out / self.groups
+    }
+
+    /// Length of one patch: kernel positions × input channels of a group.
+    fn patch(&self) -> usize {
+        self.k_h * self.k_w * self.in_per_group()
+    }
+
+    /// Fills `patches` (`[positions, patch]`, row-major) with group `g`'s patches at the output
+    /// rows `rows` of one item held channels-last in `nhwc` (`[in_h · in_w, c_in]`); entries
+    /// that fall in the padding are zero.
+    fn unfold<T: Copy>(
+        &self,
+        nhwc: &[T],
+        g: usize,
+        rows: Range<usize>,
+        zero: T,
+        patches: &mut [T],
+    ) {
+        let (cpg, patch) = (self.in_per_group(), self.patch());
+        let first = g * cpg;
+        for (r, oy) in rows.enumerate() {
+            for ky in 0..self.k_h {
+                let iy =
+                    (oy * self.stride[0] + ky * self.dilation[0]).wrapping_sub(self.padding[0]);
+                for ox in 0..self.out_w {
+                    let row = (r * self.out_w + ox) * patch;
+                    for kx in 0..self.k_w {
+                        let ix = (ox * self.stride[1] + kx * self.dilation[1])
+                            .wrapping_sub(self.padding[1]);
+                        let to = &mut patches[row + (ky * self.k_w + kx) * cpg..][..cpg];
+                        if iy < self.in_h && ix < self.in_w {
+                            let from = (iy * self.in_w + ix) * self.c_in + first;
+                            to.copy_from_slice(&nhwc[from..from + cpg]);
+                        } else {
+                            to.fill(zero);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Output rows per GEMM: enough positions to keep the GEMM efficient, few enough that the
+    /// patches stay in cache.
+    fn rows_per_tile(&self) -> usize {
+        (TILE_POSITIONS / self.out_w.max(1)).clamp(1, self.out_h.max(1))
+    }
+
+    /// The output rows of each tile.
+    fn tiles(&self) -> impl Iterator<Item = Range<usize>> + use<> {
+        let (step, end) = (self.rows_per_tile(), self.out_h);
+        (0..end)
+            .step_by(step)
+            .map(move |start| start..(start + step).min(end))
+    }
+}
+
+/// Writes `[channels, plane]` as `[plane, channels]`.
+fn to_channels_last<T: Copy>(x: &[T], channels: usize, plane: usize, out: &mut [T]) {
+    for c in 0..channels {
+        let row = &x[c * plane..(c + 1) * plane];
+        for (p, &v) in row.iter().enumerate() {
+            out[p * channels + c] = v;
+        }
+    }
+}
+
+/// `dst[m, n] (= or +=) lhs[m, k] · rhs[k, n]` on this thread, each operand given by its row
+/// and column strides.
+///
+/// # Safety
+/// Every operand must hold the elements its sizes and strides reach.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_on_thread<T: Copy + 'static>(
+    [m, n, k]: [usize; 3],
+    dst: *mut T,
+    [dst_rs, dst_cs]: [isize; 2],
+    accumulate: bool,
+    lhs: *const T,
+    [lhs_rs, lhs_cs]: [isize; 2],
+    rhs: *const T,
+    [rhs_rs, rhs_cs]: [isize; 2],
+    [zero, one]: [T; 2],
+) {
+    let alpha = if accumulate { one } else { zero };
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            dst_cs,
+            dst_rs,
+            accumulate,
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
+            alpha,
+            one,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// The weight `[c_out, cpg, k_h, k_w]` as `[c_out, (k_h, k_w, cpg)]`, the patches' order.
+fn weight_as_patches<T: Copy>(w: &[T], geo: &Geometry, zero: T) -> Vec<T> {
+    let (cpg, kernel) = (geo.in_per_group(), geo.k_h * geo.k_w);
+    let mut out = vec![zero; geo.c_out * geo.patch()];
+    for o in 0..geo.c_out {
+        for c in 0..cpg {
+            for k in 0..kernel {
+                out[(o * kernel + k) * cpg + c] = w[(o * cpg + c) * kernel + k];
+            }
+        }
+    }
+    out
+}
+
+/// Runs `item` for every `(index, chunk)` of `out` cut in `chunk`-long pieces, in parallel
+/// where rayon is on, each thread with scratch buffers made by `scratch`.
+fn for_each_chunk<T, S>(
+    out: &mut [T],
+    chunk: usize,
+    scratch: impl Fn() -> S + Sync + Send,
+    item: impl Fn(&mut S, (usize, &mut [T])) + Sync + Send,
+) where
+    T: Send,
+{
+    #[cfg(feature = "rayon")]
+    {
+        use rayon::prelude::*;
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each_init(scratch, item);
+    }
+    #[cfg(not(feature = "rayon"))]
+    {
+        let mut buffers = scratch();
+        for pair in out.chunks_mut(chunk).enumerate() {
+            item(&mut buffers, pair);
+        }
+    }
+}
+
+/// The 2-D convolution of `x` `[n, c_in, h, w]` by `weight` `[c_out, c_in / groups, k_h, k_w]`.
+pub(crate) fn conv2d<T>(
+    x: FlexTensor,
+    weight: FlexTensor,
+    bias: Option<FlexTensor>,
+    options: &ConvOptions<2>,
+    dtype: DType,
+    [zero, one]: [T; 2],
+) -> FlexTensor
+where
+    T: bytemuck::Pod
+        + burn_backend::Element
+        + Copy
+        + Send
+        + Sync
+        + core::ops::Add<Output = T>
+        + 'static,
+{
+    let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
+    let geo = Geometry::new(x.layout().shape(), weight.layout().shape(), options);
+    let x_data: &[T] = x.storage();
+    let w = weight_as_patches(weight.storage::<T>(), &geo, zero);
+    let (positions, patch, opg) = (geo.positions(), geo.patch(), geo.out_per_group());
+    let item_in = geo.c_in * geo.in_plane();
+    let mut out = vec![zero; geo.batch * geo.c_out * positions];
+    if !out.is_empty() {
+        let scratch = || {
+            (
+                vec![zero; item_in],
+                vec![zero; geo.rows_per_tile() * geo.out_w * patch],
+            )
+        };
+        for_each_chunk(
+            &mut out,
+            geo.c_out * positions,
+            scratch,
+            |(nhwc, patches), (b, out_b)| {
+                let x_b = &x_data[b * item_in..(b + 1) * item_in];
+                to_channels_last(x_b, geo.c_in, geo.in_plane(), nhwc);
+                for g in 0..geo.groups {
+                    for rows in geo.tiles() {
+                        let (first, count) = (rows.start * geo.out_w, rows.len() * geo.out_w);
+                        geo.unfold(nhwc, g, rows, zero, patches);
+                        // out_b[g][opg, tile] = w[g][opg, patch] · patchesᵀ[patch, tile]
+                        unsafe {
+                            gemm_on_thread(
+                                [opg, count, patch],
+                                out_b[g * opg * positions + first..].as_mut_ptr(),
+                                [positions as isize, 1],
+                                false,
+                                w[g * opg * patch..].as_ptr(),
+                                [patch as isize, 1],
+                                patches.as_ptr(),
+                                [1, patch as isize],
+                                [zero, one],
+                            );
+                        }
+                    }
+                }
+            },
+        );
+    }
+    if let Some(bias) = bias {
+        let bias = bias.to_contiguous();
+        add_bias(
+            &mut out,
+            bias.storage(),
+            geo.batch,
+            geo.c_out,
+            positions,
+            |a, b| a + b,
+        );
+    }
+    let shape = Shape::from(vec![geo.batch, geo.c_out, geo.out_h, geo.out_w]);
+    FlexTensor::new(Bytes::from_elems(out), Layout::contiguous(shape), dtype)
+}
+
+/// The gradient of the weight (`[c_out, c_in / groups, k_h, k_w]`) of the 2-D convolution of
+/// `x` with output gradient `output_grad` `[n, c_out, out_h, out_w]`:
+/// `dW[o, c, ky, kx] = Σ_b Σ_p dY[b, o, p] · x[b, c, p's input under (ky, kx)]`.
+pub(crate) fn conv2d_weight_grad<T>(
+    x: FlexTensor,
+    output_grad: FlexTensor,
+    weight_shape: &[usize],
+    options: &ConvOptions<2>,
+    dtype: DType,
+    [zero, one]: [T; 2],
+) -> FlexTensor
+where
+    T: bytemuck::Pod
+        + burn_backend::Element
+        + Copy
+        + Send
+        + Sync
+        + core::ops::Add<Output = T>
+        + 'static,
+{
+    let (x, dy) = (x.to_contiguous(), output_grad.to_contiguous());
+    let geo = Geometry::new(x.layout().shape(), weight_shape, options);
+    assert_eq!(
+        dy.layout().shape().to_vec(),
+        [geo.batch, geo.c_out, geo.out_h, geo.out_w],
+        "conv2d weight gradient: the output gradient's shape does not match the convolution"
+    );
+    let (x_data, dy_data): (&[T], &[T]) = (x.storage(), dy.storage());
+    let (positions, patch, opg) = (geo.positions(), geo.patch(), geo.out_per_group());
+    let item_in = geo.c_in * geo.in_plane();
+    let grad_len = geo.c_out * patch;
+    let per_chunk = geo.batch.div_ceil(WEIGHT_GRAD_CHUNKS).max(1);
+    let chunks = geo.batch.div_ceil(per_chunk);
+    let mut partials = vec![zero; chunks * grad_len];
+    if grad_len > 0 {
+        let scratch = || {
+            (
+                vec![zero; item_in],
+                vec![zero; geo.rows_per_tile() * geo.out_w * patch],
+            )
+        };
+        for_each_chunk(
+            &mut partials,
+            grad_len,
+            scratch,
+            |(nhwc, patches), (chunk, sum)| {
+                let items = chunk * per_chunk..((chunk + 1) * per_chunk).min(geo.batch);
+                for (i, b) in items.enumerate() {
+                    to_channels_last(
+                        &x_data[b * item_in..(b + 1) * item_in],
+                        geo.c_in,
+                        geo.in_plane(),
+                        nhwc,
+                    );
+                    for g in 0..geo.groups {
+                        for (t, rows) in geo.tiles().enumerate() {
+                            let (first, count) = (rows.start * geo.out_w, rows.len() * geo.out_w);
+                            geo.unfold(nhwc, g, rows, zero, patches);
+                            // sum[g][opg, patch] (+)= dY_b[g][opg, tile] · patches[tile, patch]
+                            unsafe {
+                                gemm_on_thread(
+                                    [opg, patch, count],
+                                    sum[g * opg * patch..].as_mut_ptr(),
+                                    [patch as isize, 1],
+                                    i > 0 || t > 0,
+                                    dy_data[(b * geo.c_out + g * opg) * positions + first..]
+                                        .as_ptr(),
+                                    [positions as isize, 1],
+                                    patches.as_ptr(),
+                                    [patch as isize, 1],
+                                    [zero, one],
+                                );
+                            }
+                        }
+                    }
+                }
+            },
+        );
+    }
+    // Add the chunks' sums in order, then put each kernel position's channels back in place.
+    let (total, rest) = partials.split_at_mut(grad_len.min(chunks * grad_len));
+    for partial in rest.chunks(grad_len.max(1)) {
+        for (t, &p) in total.iter_mut().zip(partial) {
+            *t = *t + p;
+        }
+    }
+    let (cpg, kernel) = (geo.in_per_group(), geo.k_h * geo.k_w);
+    let mut grad = vec![zero; grad_len];
+    for o in 0..geo.c_out {
+        for k in 0..kernel {
+            for c in 0..cpg {
+                grad[(o * cpg + c) * kernel + k] = total[(o * kernel + k) * cpg + c];
+            }
+        }
+    }
+    FlexTensor::new(
+        Bytes::from_elems(grad),
+        Layout::contiguous(Shape::from(weight_shape.to_vec())),
+        dtype,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_backend::TensorData;
+
+    /// Values in [-1, 1) from a seed (a linear congruential sequence).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn tensor(shape: &[usize], seed: u64) -> FlexTensor {
+        let n = shape.iter().product();
+        FlexTensor::from_data(TensorData::new(values(n, seed), shape.to_vec()))
+    }
+
+    fn data(t: FlexTensor) -> Vec<f32> {
+        t.into_data().to_vec::<f32>().unwrap()
+    }
+
+    /// The input of `x` under output position (oy, ox) and kernel position (ky, kx) of
+    /// channel c, or None in the padding.
+    fn input_at(
+        geo: &Geometry,
+        x: &[f32],
+        b: usize,
+        c: usize,
+        [oy, ox, ky, kx]: [usize; 4],
+    ) -> Option<f64> {
+        let iy = (oy * geo.stride[0] + ky * geo.dilation[0]).checked_sub(geo.padding[0])?;
+        let ix = (ox * geo.stride[1] + kx * geo.dilation[1]).checked_sub(geo.padding[1])?;
+        (iy < geo.in_h && ix < geo.in_w)
+            .then(|| x[((b * geo.c_in + c) * geo.in_h + iy) * geo.in_w + ix] as f64)
+    }
+
+    /// The convolution and its weight gradient by their defining sums, in f64.
+    fn reference(geo: &Geometry, x: &[f32], w: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
+        let (cpg, opg) = (geo.in_per_group(), geo.out_per_group());
+        let mut y = vec![0.0; geo.batch * geo.c_out * geo.positions()];
+        let mut dw = vec![0.0; geo.c_out * cpg * geo.k_h * geo.k_w];
+        for b in 0..geo.batch {
+            for o in 0..geo.c_out {
+                for (oy, ox) in (0..geo.out_h).flat_map(|oy| (0..geo.out_w).map(move |ox| (oy, ox)))
+                {
+                    let out = ((b * geo.c_out + o) * geo.out_h + oy) * geo.out_w + ox;
+                    for c in 0..cpg {
+                        for (ky, kx) in
+                            (0..geo.k_h).flat_map(|ky| (0..geo.k_w).map(move |kx| (ky, kx)))
+                        {
+                            let channel = (o / opg) * cpg + c;
+                            let Some(v) = input_at(geo, x, b, channel, [oy, ox, ky, kx]) else {
+                                continue;
+                            };
+                            let wi = ((o * cpg + c) * geo.k_h + ky) * geo.k_w + kx;
+                            y[out] += v * w[wi] as f64;
+                            dw[wi] += v * dy[out] as f64;
+                        }
+                    }
+                }
+            }
+        }
+        (y, dw)
+    }
+
+    fn close(got: &[f32], want: &[f64], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "{what}[{i}]: {g} vs {w}"
+            );
+        }
+    }
+
+    /// (batch, c_in, h, w, c_out, k_h, k_w, stride, padding, dilation, groups)
+    const CASES: [(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        usize,
+    ); 8] = [
+        (2, 3, 8, 8, 4, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+        (3, 4, 9, 7, 6, 3, 3, [2, 2], [1, 1], [1, 1], 1),
+        (17, 2, 5, 5, 3, 1, 1, [2, 2], [0, 0], [1, 1], 1),
+        (2, 4, 7, 9, 4, 3, 2, [1, 2], [2, 0], [2, 1], 2),
+        (1, 6, 6, 6, 6, 3, 3, [1, 1], [1, 1], [1, 1], 6),
+        (33, 3, 4, 4, 5, 2, 2, [1, 1], [0, 1], [1, 1], 1),
+        (2, 2, 40, 3, 3, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+        (4, 5, 3, 3, 2, 5, 5, [1, 1], [2, 2], [1, 1], 1),
+    ];
+
+    #[test]
+    fn forward_and_weight_gradient_equal_the_defining_sums() {
+        for (i, &(n, ci, h, w, co, kh, kw, stride, padding, dilation, groups)) in
+            CASES.iter().enumerate()
+        {
+            let options = ConvOptions::new(stride, padding, dilation, groups);
+            let (x, weight) = (
+                tensor(&[n, ci, h, w], i as u64),
+                tensor(&[co, ci / groups, kh, kw], 100 + i as u64),
+            );
+            let geo = Geometry::new(&[n, ci, h, w], &[co, ci / groups, kh, kw], &options);
+            let dy = tensor(&[n, co, geo.out_h, geo.out_w], 200 + i as u64);
+            let (y, dw) = reference(
+                &geo,
+                &data(x.clone()),
+                &data(weight.clone()),
+                &data(dy.clone()),
+            );
+            let got = conv2d(x.clone(), weight, None, &options, DType::F32, [0.0f32, 1.0]);
+            close(&data(got), &y, &format!("case {i}: output"));
+            let shape = [co, ci / groups, kh, kw];
+            let got = conv2d_weight_grad(x, dy, &shape, &options, DType::F32, [0.0f32, 1.0]);
+            close(&data(got), &dw, &format!("case {i}: weight gradient"));
+        }
+    }
+
+    #[test]
+    fn a_bias_is_added_per_output_channel() {
+        let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+        let (x, w) = (tensor(&[2, 3, 5, 5], 1), tensor(&[4, 3, 3, 3], 2));
+        let bias = FlexTensor::from_data(TensorData::new(vec![1.0f32, -2.0, 0.5, 3.0], [4]));
+        let plain = data(conv2d(
+            x.clone(),
+            w.clone(),
+            None,
+            &options,
+            DType::F32,
+            [0.0f32, 1.0],
+        ));
+        let biased = data(conv2d(
+            x,
+            w,
+            Some(bias),
+            &options,
+            DType::F32,
+            [0.0f32, 1.0],
+        ));
+        for (i, (p, b)) in plain.iter().zip(&biased).enumerate() {
+            assert_eq!(*b, *p + [1.0, -2.0, 0.5, 3.0][(i / 25) % 4]);
+        }
+    }
+
+    #[test]
+    fn the_weight_gradient_does_not_depend_on_the_thread_count() {
+        let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+        let (x, dy) = (tensor(&[37, 8, 12, 12], 3), tensor(&[37, 16, 12, 12], 4));
+        let grad = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                data(conv2d_weight_grad(
+                    x.clone(),
+                    dy.clone(),
+                    &[16, 8, 3, 3],
+                    &options,
+                    DType::F32,
+                    [0.0f32, 1.0],
+                ))
+            })
+        };
+        let one = grad(1);
+        for threads in [2, 3, 8] {
+            assert!(
+                grad(threads)
+                    .iter()
+                    .zip(&one)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            );
+        }
+    }
+
+    #[test]
+    fn the_output_is_the_unpatched_convolution_within_rounding() {
+        for (i, &(n, ci, h, w, co, kh, kw, stride, padding, dilation, groups)) in
+            CASES.iter().enumerate()
+        {
+            let options = ConvOptions::new(stride, padding, dilation, groups);
+            let (x, weight) = (
+                tensor(&[n, ci, h, w], i as u64),
+                tensor(&[co, ci / groups, kh, kw], 9 + i as u64),
+            );
+            let old = data(crate::ops::conv::conv2d_f32(
+                x.clone(),
+                weight.clone(),
+                None,
+                &options,
+            ));
+            let new = data(conv2d(x, weight, None, &options, DType::F32, [0.0f32, 1.0]));
+            let old: Vec<f64> = old.into_iter().map(f64::from).collect();
+            close(&new, &old, &format!("case {i}"));
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Element-wise loops over large buffers cut into pieces that run on rayon's threads.
+//!
+//! Each piece is a consecutive range of elements, computed exactly as the whole loop would
+//! compute it, so results do not depend on the number of threads. Buffers below
+//! [`PARALLEL_MIN`] elements run on the calling thread: for them the hand-off costs more than
+//! it saves.
+
+use alloc::vec::Vec;
+use core::mem::MaybeUninit;
+
+/// Elements from which a loop is cut into pieces.
+pub(crate) const PARALLEL_MIN: usize = 1 << 18;
+
+/// Elements per piece of a loop over `len` elements (all of them below [`PARALLEL_MIN`]), a
+/// multiple of `align`.
+fn piece(len: usize, align: usize) -> usize {
+    let align = align.max(1);
+    #[cfg(feature = "rayon")]
+    if len >= PARALLEL_MIN {
+        let pieces = 4 * rayon::current_num_threads();
+        return len
+            .div_ceil(pieces)
+            .max(PARALLEL_MIN / 4)
+            .next_multiple_of(align);
+    }
+    len.max(1).next_multiple_of(align)
+}
+
+/// Calls `f(start, piece)` for consecutive pieces of `dst` whose lengths are multiples of
+/// `align` (but the last), `start` being the index of the piece's first element; in parallel
+/// when `dst` is large.
+pub(crate) fn update<E: Send>(
+    dst: &mut [E],
+    align: usize,
+    f: impl Fn(usize, &mut [E]) + Sync + Send,
+) {
+    let size = piece(dst.len(), align);
+    #[cfg(feature = "rayon")]
+    if size < dst.len() {
+        use rayon::prelude::*;
+        dst.par_chunks_mut(size)
+            .enumerate()
+            .for_each(|(i, chunk)| f(i * size, chunk));
+        return;
+    }
+    for (i, chunk) in dst.chunks_mut(size).enumerate() {
+        f(i * size, chunk);
+    }
+}
+
+/// A vector of `len` elements, each piece written by `fill(start, piece)`, which must write
+/// every element of its piece; in parallel when `len` is large.
+/// Pieces are cut as [`update`] cuts them.
+pub(crate) fn collect<R: Send>(
+    len: usize,
+    align: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<R>]) + Sync + Send,
+) -> Vec<R> {
+    let mut out = Vec::with_capacity(len);
+    update(&mut out.spare_capacity_mut()[..len], align, fill);
+    // SAFETY: `fill` wrote every element of every piece, and the pieces cover `0..len`.
+    unsafe { out.set_len(len) };
+    out
+}
+
+/// Writes `values` into `dst` in order; `dst` must be exactly as long.
+pub(crate) fn write_all<R>(dst: &mut [MaybeUninit<R>], values: impl Iterator<Item = R>) {
+    let mut written = 0;
+    for (slot, value) in dst.iter_mut().zip(values) {
+        slot.write(value);
+        written += 1;
+    }
+    assert_eq!(
+        written,
+        dst.len(),
+        "a parallel piece was left partly unwritten"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_every_element_once_in_order() {
+        for len in [0, 1, 1000, PARALLEL_MIN, 3 * PARALLEL_MIN + 17] {
+            let out: Vec<usize> = collect(len, 1, |start, piece| write_all(piece, start..));
+            assert_eq!(out, (0..len).collect::<Vec<_>>());
+            let mut dst = alloc::vec![0usize; len];
+            update(&mut dst, 1, |start, piece| {
+                piece
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v += start + i)
+            });
+            assert_eq!(dst, out);
+            let aligned: Vec<usize> = collect(len, 1000, |start, piece| {
+                assert!(start % 1000 == 0);
+                write_all(piece, start..)
+            });
+            assert_eq!(aligned, out);
+        }
+    }
+}
