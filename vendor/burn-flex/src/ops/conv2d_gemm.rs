@@ -197,14 +197,21 @@ unsafe fn gemm_on_thread<T: Copy + 'static>(
     }
 }
 
-/// The weight `[c_out, cpg, k_h, k_w]` as `[c_out, (k_h, k_w, cpg)]`, the patches' order.
-fn weight_as_patches<T: Copy>(w: &[T], geo: &Geometry, zero: T) -> Vec<T> {
-    let (cpg, kernel) = (geo.in_per_group(), geo.k_h * geo.k_w);
-    let mut out = vec![zero; geo.c_out * geo.patch()];
-    for o in 0..geo.c_out {
-        for c in 0..cpg {
-            for k in 0..kernel {
-                out[(o * kernel + k) * cpg + c] = w[(o * cpg + c) * kernel + k];
+/// Each of `blocks` consecutive `[rows, cols]` matrices of `src` transposed to `[cols, rows]`:
+/// the weight's `[c_out, (cpg, k_h · k_w)]` to the patches' `[c_out, (k_h · k_w, cpg)]` order
+/// and back.
+fn transpose_blocks<T: Copy>(
+    src: &[T],
+    blocks: usize,
+    [rows, cols]: [usize; 2],
+    zero: T,
+) -> Vec<T> {
+    let size = rows * cols;
+    let mut out = vec![zero; blocks * size];
+    for block in 0..blocks {
+        for r in 0..rows {
+            for c in 0..cols {
+                out[block * size + c * rows + r] = src[block * size + r * cols + c];
             }
         }
     }
@@ -258,7 +265,8 @@ where
     let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
     let geo = Geometry::new(x.layout().shape(), weight.layout().shape(), options);
     let x_data: &[T] = x.storage();
-    let w = weight_as_patches(weight.storage::<T>(), &geo, zero);
+    let kernel = [geo.in_per_group(), geo.k_h * geo.k_w];
+    let w = transpose_blocks(weight.storage::<T>(), geo.c_out, kernel, zero);
     let (positions, patch, opg) = (geo.positions(), geo.patch(), geo.out_per_group());
     let item_in = geo.c_in * geo.in_plane();
     let mut out = vec![zero; geo.batch * geo.c_out * positions];
@@ -400,15 +408,8 @@ where
             *t = *t + p;
         }
     }
-    let (cpg, kernel) = (geo.in_per_group(), geo.k_h * geo.k_w);
-    let mut grad = vec![zero; grad_len];
-    for o in 0..geo.c_out {
-        for k in 0..kernel {
-            for c in 0..cpg {
-                grad[(o * cpg + c) * kernel + k] = total[(o * kernel + k) * cpg + c];
-            }
-        }
-    }
+    let kernel = [geo.k_h * geo.k_w, geo.in_per_group()];
+    let grad = transpose_blocks(total, geo.c_out, kernel, zero);
     FlexTensor::new(
         Bytes::from_elems(grad),
         Layout::contiguous(Shape::from(weight_shape.to_vec())),
