@@ -41,8 +41,9 @@ cargo xtask <task>
   bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
                      Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
   bench profiler [ROUNDS]       what --trainer.profiler=simple|advanced costs on the MLP and the CNN
-  bench models [ROUNDS]         the MLP, the CNN and the transformer by ember (cpu, tch-cpu, xla),
-                     a burn loop, a torch loop and Lightning; ember(cpu)/Lightning (the torch venv)
+  bench models [ROUNDS] [--model mlp,cnn,transformer,resnet]
+                     those models (all by default) by ember (cpu, tch-cpu, xla), a burn loop, a
+                     torch loop and Lightning; ember(cpu)/Lightning, the ResNet's peak share (the torch venv)
   bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu and vs jax (the
                      pinned jax venv) on digits and a wide MLP: steps/s, compiles, cache
                      hits, host overhead per step; last line xla/jax
