@@ -2,7 +2,7 @@
 character-level language model by a hand-written PyTorch loop (`torch-hand`) or by PyTorch
 Lightning's Trainer (`lightning`).
 
-    python char_lm.py torch-hand|lightning DATA_DIR EPOCHS
+    python char_lm.py torch-hand|lightning DATA_DIR EPOCHS [--setting=defaults|bare]
 
 DATA_DIR holds the windows the Rust side cut (train.u8 and val.u8: rows of CONTEXT + 1 token
 ids; meta.json: vocab, context, batch, d_model, heads, layers, mlp_ratio, dropout, lr,
@@ -11,7 +11,8 @@ windows and settings: token and position embeddings (normal, std 0.02), pre-norm
 causal multi-head attention and a GELU MLP, tied output weights, AdamW, a linear warm-up then a
 cosine decay per step, gradient norm clipped at 1. Validation is one batch of every held-out
 window after each epoch. The last line printed is one JSON object: steps, train_s (fit time
-less validation time), val_loss. Threads: torch.set_num_threads(2).
+less validation time), val_loss. Threads: torch.set_num_threads(2). `--setting=bare` turns
+Lightning's logger, checkpointing and model summary off (compute alone).
 """
 
 import json
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vs_lightning import val_clock
+from vs_lightning import bare_settings, val_clock
 
 THREADS = 2
 SEED = 42
@@ -98,7 +99,7 @@ def optimizer_and_schedule(model, m):
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
 
 
-def torch_hand(meta, train, val, epochs):
+def torch_hand(meta, train, val, epochs, bare):
     model = CharLm(meta)
     optimizer, scheduler = optimizer_and_schedule(model, meta)
     generator = torch.Generator().manual_seed(SEED)
@@ -123,7 +124,7 @@ def torch_hand(meta, train, val, epochs):
     return steps, time.perf_counter() - start - val_s, val_loss
 
 
-def lightning_fit(meta, train, val, epochs):
+def lightning_fit(meta, train, val, epochs, bare):
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -159,6 +160,7 @@ def lightning_fit(meta, train, val, epochs):
             enable_progress_bar=False,
             callbacks=[clock],
             default_root_dir=root,
+            **bare_settings(bare),
         )
         start = time.perf_counter()
         trainer.fit(Module(), *loaders)
@@ -169,10 +171,11 @@ def lightning_fit(meta, train, val, epochs):
 
 def main():
     contender, data_dir, epochs = sys.argv[1:4]
+    bare = "--setting=bare" in sys.argv[4:]
     torch.set_num_threads(THREADS)
     torch.manual_seed(SEED)
     run = {"torch-hand": torch_hand, "lightning": lightning_fit}[contender]
-    steps, train_s, val_loss = run(*load(data_dir), int(epochs))
+    steps, train_s, val_loss = run(*load(data_dir), int(epochs), bare)
     print(json.dumps({"steps": steps, "train_s": train_s, "val_loss": val_loss}))
 
 

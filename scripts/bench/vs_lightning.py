@@ -4,7 +4,7 @@ loop (`torch-hand`) or by PyTorch Lightning's Trainer (`lightning`).
 
     python vs_lightning.py torch-hand|lightning DATA_DIR HIDDEN BATCH EPOCHS [--no-val]
         [--device cpu|cuda] [--precision 32-true|bf16-mixed]
-        [--model mlp|cnn|resnet] [--lr LR] [--lr-decay FACTOR]
+        [--model mlp|cnn|resnet] [--lr LR] [--lr-decay FACTOR] [--setting=defaults|bare]
 
 `--model mlp` (the default) is the digits MLP with hidden widths HIDDEN, e.g. 256,256;
 `--model cnn` is the conv example's CNN (HIDDEN is its two channel counts, e.g. 16,32): conv
@@ -14,6 +14,7 @@ loop (`torch-hand`) or by PyTorch Lightning's Trainer (`lightning`).
 residual blocks at that width, a strided one to twice it (its shortcut a strided 1x1 convolution
 with batch norm), global average pooling, a linear classifier. Adam at
 `--lr` (default 1e-3), multiplied by `--lr-decay` after every epoch (default 1: constant).
+`--setting=bare` turns Lightning's logger, checkpointing and model summary off (compute alone).
 
 DATA_DIR holds the split the Rust side wrote (train_x.f32, train_y.u8, val_x.f32, val_y.u8:
 little-endian, pixels already scaled to 0..1), so every contender trains on the same 80/20
@@ -123,6 +124,14 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
+def bare_settings(bare):
+    """The Trainer arguments of the bench's bare setting: no logger, no checkpoints, no model
+    summary (none when `bare` is false: Lightning's defaults)."""
+    if not bare:
+        return {}
+    return {"logger": False, "enable_checkpointing": False, "enable_model_summary": False}
+
+
 def val_clock():
     """A Lightning callback that adds up the time spent validating (the sanity check included)
     in `seconds`, to leave out of train_s (char_lm.py uses it too)."""
@@ -141,7 +150,7 @@ def val_clock():
     return ValClock()
 
 
-def torch_hand(data, build, batch, epochs, validate, device, precision, lr, decay):
+def torch_hand(data, build, batch, epochs, validate, device, precision, lr, decay, bare=False):
     train_x, train_y, val_x, val_y = data
     model = build().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -177,7 +186,7 @@ def torch_hand(data, build, batch, epochs, validate, device, precision, lr, deca
     return steps - first, total - val_s, val_acc
 
 
-def lightning_fit(data, build, batch, epochs, validate, device, precision, lr, decay):
+def lightning_fit(data, build, batch, epochs, validate, device, precision, lr, decay, bare=False):
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -231,6 +240,7 @@ def lightning_fit(data, build, batch, epochs, validate, device, precision, lr, d
             limit_val_batches=1.0 if validate else 0,
             callbacks=[clock, after_first],
             default_root_dir=root,
+            **bare_settings(bare),
         )
         module = Digits()
         start = time.perf_counter()
@@ -265,7 +275,8 @@ def main():
     lr, decay = float(option("--lr", "1e-3")), float(option("--lr-decay", "1"))
     run = {"torch-hand": torch_hand, "lightning": lightning_fit}[contender]
     steps, train_s, val_acc = run(
-        load(data_dir, pixels), build, int(batch), int(epochs), validate, device, precision, lr, decay
+        load(data_dir, pixels), build, int(batch), int(epochs), validate, device, precision, lr, decay,
+        bare="--setting=bare" in options,
     )
     val_acc = None if val_acc != val_acc else val_acc  # NaN (no validation) is JSON's null
     print(json.dumps({"steps": steps, "train_s": train_s, "val_acc": val_acc}))

@@ -41,9 +41,11 @@ cargo xtask <task>
   bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
                      Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
   bench profiler [ROUNDS]       what --trainer.profiler=simple|advanced costs on the MLP and the CNN
-  bench models [ROUNDS] [--model mlp,cnn,transformer,resnet]
+  bench models [ROUNDS] [--model mlp,cnn,transformer,resnet,transformer-l]
                      those models (all by default) by ember (cpu, tch-cpu, xla), a burn loop, a
-                     torch loop and Lightning; ember(cpu)/Lightning, the ResNet's peak share (the torch venv)
+                     torch loop and Lightning, with each Trainer's defaults and bare (no
+                     loggers, checkpoints, summary); ember(cpu)/Lightning and the large
+                     models' peak shares (the torch venv)
   bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu and vs jax (the
                      pinned jax venv) on digits and a wide MLP: steps/s, compiles, cache
                      hits, host overhead per step; last line xla/jax

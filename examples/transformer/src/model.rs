@@ -77,6 +77,19 @@ impl Default for LmConfig {
     }
 }
 
+impl LmConfig {
+    /// Multiply-adds of the forward pass over one window of `context` tokens, counted from
+    /// the layer shapes: per token and block the four attention projections (4·d²), the
+    /// scores and their weighted sum over the window (2·context·d: the masked half is computed
+    /// too) and the MLP (2·mlp_ratio·d²), then the logits (VOCAB·d). Embeddings, norms and
+    /// activations are element-wise and left out.
+    pub fn forward_macs(&self, context: usize) -> u64 {
+        let (d, t) = (self.d_model as u64, context as u64);
+        let block = 4 * d * d + 2 * t * d + 2 * self.mlp_ratio as u64 * d * d;
+        t * (self.layers as u64 * block + VOCAB as u64 * d)
+    }
+}
+
 /// One pre-norm block: `x + attention(norm(x))`, then `x + mlp(norm(x))`.
 #[derive(Module, Debug)]
 pub struct Block<B: Backend> {

@@ -147,3 +147,13 @@ fn two_ddp_ranks_train() {
     let val_loss = reported(&stdout, "val_loss").unwrap_or_else(|| panic!("{stdout}"));
     assert!(val_loss < 3.6, "val_loss {val_loss}: {stdout}");
 }
+
+#[test]
+fn forward_macs_count_every_matrix_product_of_the_default_model() {
+    let config = LmConfig::default();
+    let (d, t, blocks) = (64, 64, 2);
+    // Per token and block: q, k, v and output projections, scores and weighted sum over the
+    // window, the MLP's two layers at 4·d; then the tied logits over 96 characters.
+    let per_token = blocks * (4 * d * d + 2 * t * d + 2 * 4 * d * d) + 96 * d;
+    assert_eq!(config.forward_macs(t as usize), t * per_token);
+}

@@ -1,66 +1,59 @@
 //! ember against what users would otherwise run, on the models users train: the digits MLP
 //! (64-256-256-10, Adam 1e-3, 30 epochs) and the conv example's CNN (conv-bn-relu ×2, max pool,
 //! dropout, linear; Adam 3e-3 ×0.9 per epoch, 15 epochs), batch 64, on the same 80/20 split;
-//! and the transformer example's character-level model at its defaults (2 blocks of width 64,
+//! the transformer example's character-level model at its defaults (2 blocks of width 64,
 //! context 64, batch 32, AdamW with warm-up and cosine decay, gradient clipping; 2 epochs) on the
-//! same windows of its corpus; validation every epoch; by
-//! (a) ember on its default `cpu` accelerator (burn-flex), (b) ember on every other CPU-capable
-//! accelerator built in (`tch-cpu` with the `tch` feature, `xla` with `tpu-xla`), (c) a
-//! hand-written burn loop on burn-flex, (d) a hand-written PyTorch loop and (e) PyTorch
-//! Lightning's Trainer (default callbacks and logger; progress bar off). Each contender is a
-//! process of its own with 2 threads; the order rotates every round. The weights start from
-//! each framework's default initialisation, which is the same scheme (uniform in
-//! ±1/√fan_in for linear and conv weights and biases, batch norm at 1 and 0).
+//! same windows of its corpus; and two models of realistic size: the conv example's ResNet on
+//! 4096 generated 32×32 RGB images (batch 128, Adam 1e-3, one epoch) and the transformer at
+//! d_model 256, 4 blocks of 4 heads, context 128 (`transformer-l`, one epoch); validation every
+//! epoch; by (a) ember on its default `cpu` accelerator (burn-flex), (b) ember on every other
+//! CPU-capable accelerator built in (`tch-cpu` with the `tch` feature, `xla` with `tpu-xla`),
+//! (c) a hand-written burn loop on burn-flex, (d) a hand-written PyTorch loop and (e) PyTorch
+//! Lightning's Trainer (progress bar off). Each contender is a process of its own with 2
+//! threads; the order rotates every round. The weights start from each framework's default
+//! initialisation, which is the same scheme (uniform in ±1/√fan_in for linear and conv weights
+//! and biases, batch norm at 1 and 0).
 //!
-//! `cargo xtask bench models [ROUNDS]` (the torch venv: scripts/setup.sh --torch). Train
-//! steps/s is optimizer steps over the fit's time less its validation time (the sanity check
-//! included), measured inside each process the same way; wall time and peak RSS are the whole
-//! process's, start-up included; the metric is val_acc (MLP, CNN) or val_loss (transformer).
-//! The ResNet (the conv example's, on 4096 generated 32×32 RGB images, batch 128, Adam 1e-3,
-//! one epoch) also gets its FLOPs per training step from its layer shapes and each
-//! contender's share of this machine's peak, measured by a GEMM probe on the same threads.
-//! `--model resnet` (or a comma list) runs only the named models. The last line is
-//! `ember(cpu)/Lightning: mlp X.XXx, cnn X.XXx, transformer X.XXx, resnet X.XXx; resnet peak
-//! share ember A% torch B%` (train steps/s, medians). The PyTorch sides are scripts/bench/vs_lightning.py and char_lm.py;
-//! torch's `nn.MultiheadAttention` initialises its projections with Xavier, burn's with its
-//! linear default, the one difference in the initial-weight schemes.
+//! Every model runs in two settings: the Trainers' defaults (checkpointing, a CSV logger, the
+//! model summary) and `bare` (loggers, checkpoints and summary off on both sides: compute
+//! alone). The hand loops have neither and run in the bare setting only. Every round prints a
+//! line per contender; each table gives medians and ranges.
 //!
-//! The same binary is each Rust contender: `models contender NAME MODEL` prints one JSON line.
+//! `cargo xtask bench models [ROUNDS] [--model a,b]` (the torch venv: scripts/setup.sh
+//! --torch). Train steps/s is optimizer steps over the fit's time less its validation time (the
+//! sanity check included), measured inside each process the same way; wall time and peak RSS
+//! are the whole process's, start-up included; the metric is val_acc (MLP, CNN, ResNet) or
+//! val_loss (transformers). The two large models also get their FLOPs per training step from
+//! their layer shapes and each contender's share of this machine's peak, measured by a GEMM
+//! probe on the same threads. The last line gives the bare setting's ratios (medians, and the
+//! lowest round's where rounds swing):
+//! `ember(cpu)/Lightning: mlp X.XXx, cnn X.XXx (min Y.YYx), transformer X.XXx (min Y.YYx),
+//! resnet X.XXx, transformer-l X.XXx; peak share resnet ember A% torch B%, transformer-l ember
+//! A% torch B%`. The PyTorch sides are scripts/bench/vs_lightning.py and char_lm.py; torch's
+//! `nn.MultiheadAttention` initialises its projections with Xavier, burn's with its linear
+//! default, the one difference in the initial-weight schemes.
+//!
+//! The same binary is each Rust contender: `models contender NAME MODEL SETTING` prints one
+//! JSON line.
 
+mod contender;
 #[path = "../../../digits/benches/common/contest.rs"]
 mod contest;
+mod lm;
+mod peak;
 mod resnet;
 #[path = "../../../digits/benches/common/rounds.rs"]
 mod rounds;
 #[path = "../../../digits/benches/common/split.rs"]
 mod split;
 
-use std::cell::Cell;
 use std::path::Path;
 use std::process::Command;
-use std::rc::Rc;
-use std::time::Instant;
 
-use burn::data::dataloader::batcher::Batcher;
-use burn::grad_clipping::GradientClippingConfig;
-use burn::module::AutodiffModule;
-use burn::optim::lr_scheduler::LrScheduler as _;
-use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, Optimizer};
-use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
-use burn_autodiff::Autodiff;
-use burn_flex::{Flex, FlexDevice};
-use contest::{ValClock, python, run_contender};
-use convnet::images::GeneratedImages;
-use convnet::resnet::{ResNet, ResNetConfig};
-use convnet::{ConvConfig, ConvNet};
-use digits::data::{DigitsBatch, DigitsData, batch_of};
-use digits::model::{DigitsModel, ModelConfig, loss_and_accuracy};
-use digits::train::{DataConfig, fit_by_hand};
-use ember::{Accelerator, Plan, Precision, Trainer, TrainerOptions, epoch_permutation};
+use contest::{python, run_contender};
+use convnet::ConvConfig;
+use digits::train::DataConfig;
 use rounds::{median, rounds};
-use transformer::data::TokenBatcher;
-use transformer::{CharLm, CorpusData, DataConfig as LmData, LmConfig, TokenBatch, WarmupCosine};
 
 const THREADS: &str = "2";
 const SEED: u64 = 42;
@@ -72,6 +65,7 @@ enum Kind {
     Cnn,
     Transformer,
     ResNet,
+    TransformerL,
 }
 
 /// A model of the comparison and how it is trained.
@@ -79,7 +73,7 @@ enum Kind {
 struct Model {
     kind: Kind,
     epochs: usize,
-    /// Adam's rate and its factor per epoch (the transformer takes `LmConfig`'s schedule).
+    /// Adam's rate and its factor per epoch (the transformers take `LmConfig`'s schedule).
     lr: f64,
     lr_decay: f64,
 }
@@ -91,6 +85,25 @@ impl Model {
             Kind::Cnn => "cnn",
             Kind::Transformer => "transformer",
             Kind::ResNet => "resnet",
+            Kind::TransformerL => "transformer-l",
+        }
+    }
+
+    /// Whether this is one of the two transformers, and which.
+    fn transformer(self) -> Option<bool> {
+        match self.kind {
+            Kind::Transformer => Some(false),
+            Kind::TransformerL => Some(true),
+            _ => None,
+        }
+    }
+
+    /// FLOPs of one training step, for the models whose peak share is reported.
+    fn flops_per_step(self) -> Option<f64> {
+        match self.kind {
+            Kind::ResNet => Some(resnet::flops_per_step()),
+            Kind::TransformerL => Some(lm::flops_per_step(true)),
+            _ => None,
         }
     }
 }
@@ -125,13 +138,27 @@ const RESNET: Model = Model {
     lr_decay: 1.0,
 };
 
+/// The larger transformer (one epoch: 26 steps).
+const TRANSFORMER_L: Model = Model {
+    kind: Kind::TransformerL,
+    epochs: 1,
+    lr: 3e-3,
+    lr_decay: 1.0,
+};
+
+const MODELS: [Model; 5] = [MLP, CNN, TRANSFORMER, RESNET, TRANSFORMER_L];
+
 const BATCH: usize = 64;
 
 fn model_named(name: &str) -> anyhow::Result<Model> {
-    [MLP, CNN, TRANSFORMER, RESNET]
+    MODELS
         .into_iter()
         .find(|m| m.name() == name)
-        .ok_or_else(|| anyhow::anyhow!("unknown model {name:?}: mlp, cnn, transformer or resnet"))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown model {name:?}: mlp, cnn, transformer, resnet or transformer-l"
+            )
+        })
 }
 
 /// The models named by `--model a,b` among the arguments, else all of them.
@@ -141,12 +168,38 @@ fn chosen_models(args: &[String]) -> anyhow::Result<Vec<Model>> {
             let names = args.get(i + 1).map(String::as_str).unwrap_or("");
             names.split(',').map(model_named).collect()
         }
-        None => Ok(vec![MLP, CNN, TRANSFORMER, RESNET]),
+        None => Ok(MODELS.to_vec()),
     }
 }
 
-/// The contenders built into this binary, in the order of the table.
-fn contenders() -> Vec<&'static str> {
+/// How the Trainer-based contenders are set up.
+#[derive(Clone, Copy, PartialEq)]
+enum Setting {
+    /// Each Trainer's defaults: checkpointing, a CSV logger, the model summary.
+    Defaults,
+    /// Loggers, checkpoints and the model summary off: compute alone.
+    Bare,
+}
+
+impl Setting {
+    fn name(self) -> &'static str {
+        match self {
+            Setting::Defaults => "defaults",
+            Setting::Bare => "bare",
+        }
+    }
+
+    fn named(name: &str) -> anyhow::Result<Setting> {
+        [Setting::Defaults, Setting::Bare]
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| anyhow::anyhow!("unknown setting {name:?}: defaults or bare"))
+    }
+}
+
+/// The contenders built into this binary that run in `setting`, in the order of the table:
+/// ember's accelerators first, the hand loops (bare only), Lightning last.
+fn contenders(setting: Setting) -> Vec<&'static str> {
     let mut names = vec!["ember"];
     if cfg!(feature = "tch") {
         names.push("ember-tch-cpu");
@@ -154,7 +207,10 @@ fn contenders() -> Vec<&'static str> {
     if cfg!(feature = "tpu-xla") {
         names.push("ember-xla");
     }
-    names.extend(["burn-hand", "torch-hand", "lightning"]);
+    if setting == Setting::Bare {
+        names.extend(["burn-hand", "torch-hand"]);
+    }
+    names.push("lightning");
     names
 }
 
@@ -165,61 +221,6 @@ struct Run {
     metric: f64,
     wall_s: f64,
     peak_rss: u64,
-}
-
-// ---- the contenders (inside their own process) ----
-
-/// A Trainer fit on accelerator `A` with the defaults a user gets (checkpointing, CSV logger,
-/// sanity check), progress bar off; returns steps, train seconds and the final metric.
-fn ember_fit<A: Accelerator>(model: Model) -> anyhow::Result<(u64, f64, f64)> {
-    let root = tempfile::tempdir()?;
-    let options = TrainerOptions {
-        seed: Some(SEED),
-        max_epochs: Some(model.epochs as u64),
-        enable_progress_bar: false,
-        default_root_dir: root.path().to_owned(),
-        // The transformer example's own default (`transformer fit`).
-        gradient_clip_val: (model.kind == Kind::Transformer).then_some(1.0),
-        ..TrainerOptions::default()
-    };
-    let val_seconds = Rc::new(Cell::new(0.0));
-    let plan = Plan::local(A::name(), Precision::F32True);
-    let mut trainer = Trainer::<A::Backend>::new::<A>(&plan, options)?
-        .with_callback(ValClock::new(val_seconds.clone()));
-    // Only `fit` is timed (model and data made before it), as the Python side times its fit.
-    macro_rules! timed_fit {
-        ($net:expr, $data:expr, $metric:literal) => {{
-            let (net, mut data) = ($net, $data);
-            let start = Instant::now();
-            let out = trainer.fit(net, &mut data)?;
-            let metric = out.metrics.get($metric).copied().unwrap_or(f64::NAN);
-            (out.global_step, metric, start.elapsed())
-        }};
-    }
-    let (steps, metric, seconds) = match model.kind {
-        Kind::Mlp => {
-            let net = DigitsModel::<A::Backend>::new(&ModelConfig::default(), trainer.device());
-            timed_fit!(net, DigitsData::new(data_config()), "val_acc")
-        }
-        Kind::Cnn => {
-            // The CNN's optimizer reads its rate and decay from the `model` hyperparameters.
-            trainer = trainer.with_hparams(serde_json::json!({"model": conv_config(model)}));
-            let net = ConvNet::<A::Backend>::new(&conv_config(model), trainer.device());
-            timed_fit!(net, DigitsData::new(data_config()), "val_acc")
-        }
-        Kind::Transformer => {
-            let (lm, data) = (LmConfig::default(), LmData::default());
-            trainer = trainer.with_hparams(serde_json::json!({"model": lm, "data": data}));
-            let net = CharLm::<A::Backend>::new(&lm, trainer.device());
-            timed_fit!(net, CorpusData::new(data), "val_loss")
-        }
-        Kind::ResNet => {
-            let net = ResNet::<A::Backend>::new(&ResNetConfig::default(), trainer.device());
-            timed_fit!(net, GeneratedImages::new(resnet::images()), "val_acc")
-        }
-    };
-    let train_s = seconds.as_secs_f64() - val_seconds.get();
-    Ok((steps, train_s, metric))
 }
 
 fn data_config() -> DataConfig {
@@ -237,187 +238,37 @@ fn conv_config(model: Model) -> ConvConfig {
     }
 }
 
-/// The CNN trained by a hand-written burn loop: the epochs' shuffles of ember's seed, Adam,
-/// the rate decayed after every epoch, validation accuracy after every epoch.
-fn cnn_by_hand<B: AutodiffBackend>(
-    device: &B::Device,
-    model: Model,
-) -> anyhow::Result<(u64, f64, f64)> {
-    let config = data_config();
-    let (train, val) = config.load()?;
-    ember::host_float::set_flush_denormal_everywhere(true);
-    B::seed(device, config.seed);
-    let mut net = ConvNet::<B>::new(&conv_config(model), device);
-    let mut optimizer = AdamConfig::new().init::<B, ConvNet<B>>();
-    let (mut steps, mut val_s, mut val_acc, mut lr) = (0, 0.0, f64::NAN, model.lr);
-    let accuracy = |batch: DigitsBatch<B::InnerBackend>, net: &ConvNet<B::InnerBackend>| {
-        let (_, acc) = loss_and_accuracy(net.forward(batch.images), batch.labels);
-        acc.into_scalar().elem::<f64>()
-    };
-    let start = Instant::now();
-    for epoch in 0..model.epochs {
-        let order = epoch_permutation(train.len(), config.seed, epoch as u64);
-        for indices in order.chunks(config.batch_size) {
-            let batch = batch_of::<B>(&train, indices, device);
-            let (loss, _) = loss_and_accuracy(net.forward(batch.images), batch.labels);
-            let grads = GradientsParams::from_grads(loss.backward(), &net);
-            net = optimizer.step(lr, net, grads);
-            let _ = loss.into_scalar();
-            steps += 1;
-        }
-        lr *= model.lr_decay;
-        let validating = Instant::now();
-        let all: Vec<usize> = (0..val.len()).collect();
-        val_acc = accuracy(
-            batch_of::<B::InnerBackend>(&val, &all, device),
-            &net.valid(),
-        );
-        val_s += validating.elapsed().as_secs_f64();
-    }
-    Ok((steps, start.elapsed().as_secs_f64() - val_s, val_acc))
-}
-
-/// The transformer trained by a hand-written burn loop: AdamW with its gradient norm clipped
-/// at 1, the warm-up and cosine schedule per step, the epochs' shuffles of ember's seed, the
-/// validation loss over every held-out window after every epoch.
-fn lm_by_hand<B: AutodiffBackend>(
-    device: &B::Device,
-    model: Model,
-) -> anyhow::Result<(u64, f64, f64)> {
-    let (lm, data) = (LmConfig::default(), LmData::default());
-    let (train, val) = data.load()?;
-    ember::host_float::set_flush_denormal_everywhere(true);
-    B::seed(device, SEED);
-    let mut net = CharLm::<B>::new(&lm, device);
-    let mut optimizer = AdamWConfig::new()
-        .with_weight_decay(lm.weight_decay as f32)
-        .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
-        .init::<B, CharLm<B>>();
-    let floor = lm.lr * lm.min_lr_ratio;
-    let mut schedule = WarmupCosine::new(lm.lr, floor, lm.warmup_steps, lm.decay_steps);
-    let (mut steps, mut val_s, mut val_loss) = (0, 0.0, f64::NAN);
-    let start = Instant::now();
-    for epoch in 0..model.epochs {
-        let order = epoch_permutation(train.len(), SEED, epoch as u64);
-        for indices in order.chunks(data.batch_size) {
-            let windows = indices.iter().map(|&i| train[i].clone()).collect();
-            let batch: TokenBatch<B> = TokenBatcher.batch(windows, device);
-            let loss = net.loss(batch.inputs, batch.targets);
-            let grads = GradientsParams::from_grads(loss.backward(), &net);
-            net = optimizer.step(schedule.step(), net, grads);
-            let _ = loss.into_scalar();
-            steps += 1;
-        }
-        let validating = Instant::now();
-        let batch: TokenBatch<B::InnerBackend> = TokenBatcher.batch(val.clone(), device);
-        val_loss = net
-            .valid()
-            .loss(batch.inputs, batch.targets)
-            .into_scalar()
-            .elem::<f64>();
-        val_s += validating.elapsed().as_secs_f64();
-    }
-    Ok((steps, start.elapsed().as_secs_f64() - val_s, val_loss))
-}
-
-/// Writes the transformer's windows and settings for scripts/bench/char_lm.py in `dir`.
-fn write_windows(dir: &Path) -> anyhow::Result<()> {
-    let (lm, data) = (LmConfig::default(), LmData::default());
-    let (train, val) = data.load()?;
-    for (name, set) in [("train.u8", &train), ("val.u8", &val)] {
-        std::fs::write(
-            dir.join(name),
-            set.iter().flat_map(|w| w.0.clone()).collect::<Vec<u8>>(),
-        )?;
-    }
-    let meta = serde_json::json!({
-        "vocab": transformer::data::VOCAB, "context": data.context, "batch": data.batch_size,
-        "d_model": lm.d_model, "heads": lm.heads, "layers": lm.layers, "mlp_ratio": lm.mlp_ratio,
-        "dropout": lm.dropout, "lr": lm.lr, "weight_decay": lm.weight_decay,
-        "warmup": lm.warmup_steps, "decay": lm.decay_steps, "min_lr_ratio": lm.min_lr_ratio,
-        "max_context": lm.max_context,
-    });
-    std::fs::write(dir.join("meta.json"), meta.to_string())?;
-    Ok(())
-}
-
-/// Runs contender `name` on `model` here and prints its JSON line.
-fn contender(name: &str, model: Model) -> anyhow::Result<()> {
-    type Cpu = ember::cpu::CpuAccelerator;
-    let (steps, train_s, metric) = match (name, model.kind) {
-        ("ember", _) => ember_fit::<Cpu>(model)?,
-        #[cfg(feature = "tch")]
-        ("ember-tch-cpu", _) => ember_fit::<ember::tch::TchCpuAccelerator>(model)?,
-        #[cfg(feature = "tpu-xla")]
-        ("ember-xla", _) => ember_fit::<ember::xla::XlaAccelerator>(model)?,
-        ("burn-hand", Kind::Mlp) => {
-            let config = ModelConfig::default();
-            let (_, report) = fit_by_hand::<Autodiff<Flex>>(
-                &FlexDevice,
-                &config,
-                &data_config(),
-                model.epochs,
-                |_, _| {},
-            )?;
-            let val_acc = report.val_accuracy.last().copied().unwrap_or(f64::NAN);
-            (
-                report.steps as u64,
-                report.seconds - report.val_seconds,
-                val_acc,
-            )
-        }
-        ("burn-hand", Kind::Cnn) => cnn_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
-        ("burn-hand", Kind::Transformer) => lm_by_hand::<Autodiff<Flex>>(&FlexDevice, model)?,
-        ("burn-hand", Kind::ResNet) => {
-            resnet::resnet_by_hand::<Autodiff<Flex>>(&FlexDevice, model.epochs, SEED)?
-        }
-        (other, _) => anyhow::bail!("unknown contender {other}"),
-    };
-    let report = serde_json::json!({"steps": steps, "train_s": train_s, "metric": metric});
-    println!("{report}");
-    Ok(())
-}
-
 // ---- the driver ----
 
-/// The command that runs contender `name` on `model`.
-fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
+/// The command that runs contender `name` on `model` in `setting`.
+fn command(name: &str, model: Model, data: &Path, setting: Setting) -> anyhow::Result<Command> {
+    let script = |file: &str| format!("{}/../../scripts/bench/{file}", env!("CARGO_MANIFEST_DIR"));
     let mut command = match name {
-        "torch-hand" | "lightning" if model.kind == Kind::Transformer => {
-            let script = concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../scripts/bench/char_lm.py"
-            );
+        "torch-hand" | "lightning" if model.transformer().is_some() => {
             let mut c = Command::new(python("models")?);
-            c.arg(script).arg(name).arg(data.join("lm"));
+            c.arg(script("char_lm.py"))
+                .arg(name)
+                .arg(data.join(model.name()));
             c.arg(model.epochs.to_string());
             c
         }
-        "torch-hand" | "lightning" if model.kind == Kind::ResNet => {
-            let script = concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../scripts/bench/vs_lightning.py"
-            );
-            let images = resnet::images();
-            let mut c = Command::new(python("models")?);
-            c.arg(script).arg(name).arg(data.join("images")).arg("32");
-            c.args([images.batch_size.to_string(), model.epochs.to_string()]);
-            c.args(["--model", "resnet", "--lr", &model.lr.to_string()]);
-            c
-        }
         "torch-hand" | "lightning" => {
-            let script = concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../scripts/bench/vs_lightning.py"
-            );
-            // The script's `--model` and HIDDEN (the MLP's widths, the CNN's channels).
-            let (kind, widths) = match model.kind {
-                Kind::Cnn => ("cnn", "16,32"),
-                _ => ("mlp", "256,256"),
+            // The script's `--model` and HIDDEN (the MLP's widths, the CNN's channels, the
+            // ResNet's width), its batch size and data.
+            let (kind, widths, batch, dir) = match model.kind {
+                Kind::Cnn => ("cnn", "16,32", BATCH, data.to_owned()),
+                Kind::ResNet => {
+                    let batch = resnet::images().batch_size;
+                    ("resnet", "32", batch, data.join("images"))
+                }
+                _ => ("mlp", "256,256", BATCH, data.to_owned()),
             };
             let mut c = Command::new(python("models")?);
-            c.arg(script).arg(name).arg(data).arg(widths);
-            c.args([BATCH.to_string(), model.epochs.to_string()]);
+            c.arg(script("vs_lightning.py"))
+                .arg(name)
+                .arg(dir)
+                .arg(widths);
+            c.args([batch.to_string(), model.epochs.to_string()]);
             c.args(["--model", kind, "--lr", &model.lr.to_string()]);
             c.args(["--lr-decay", &model.lr_decay.to_string()]);
             c
@@ -428,6 +279,7 @@ fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
             c
         }
     };
+    command.arg(format!("--setting={}", setting.name()));
     // Two threads in all for every contender: rayon's pool for burn-flex, LibTorch's intra-op
     // pool (ember sets it from RAYON_NUM_THREADS; the script calls torch.set_num_threads),
     // OpenMP's for torch's own, and XLA CPU's (PJRT_NPROC).
@@ -439,8 +291,8 @@ fn command(name: &str, model: Model, data: &Path) -> anyhow::Result<Command> {
     Ok(command)
 }
 
-fn measure(name: &str, model: Model, data: &Path) -> anyhow::Result<Run> {
-    let (report, wall_s, peak_rss) = run_contender(name, command(name, model, data)?)?;
+fn measure(name: &str, model: Model, data: &Path, setting: Setting) -> anyhow::Result<Run> {
+    let (report, wall_s, peak_rss) = run_contender(name, command(name, model, data, setting)?)?;
     let steps = report["steps"].as_f64().unwrap_or(0.0);
     let train_s = report["train_s"].as_f64().unwrap_or(f64::NAN);
     let metric = ["metric", "val_acc", "val_loss"]
@@ -455,17 +307,24 @@ fn measure(name: &str, model: Model, data: &Path) -> anyhow::Result<Run> {
     })
 }
 
-/// Runs every contender on `model` `rounds` times, rotating which goes first; prints the table
-/// and returns each contender's median train steps/s.
-fn compare(names: &[&str], model: Model, data: &Path, rounds: usize) -> anyhow::Result<Vec<f64>> {
+/// Runs every contender on `model` in `setting` `rounds` times, rotating which goes first;
+/// prints every round and the table, and returns each contender's train steps/s per round.
+fn compare(
+    names: &[&str],
+    model: Model,
+    data: &Path,
+    setting: Setting,
+    rounds: usize,
+) -> anyhow::Result<Vec<Vec<f64>>> {
     let mut runs: Vec<Vec<Run>> = names.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for k in 0..names.len() {
             let i = (round + k) % names.len();
-            let run = measure(names[i], model, data)?;
+            let run = measure(names[i], model, data, setting)?;
             eprintln!(
-                "{} round {round}: {:<14} {:>7.1} steps/s  metric {:.4}  wall {:.2} s",
+                "{} {} round {round}: {:<14} {:>7.1} steps/s  metric {:.4}  wall {:.2} s",
                 model.name(),
+                setting.name(),
                 names[i],
                 run.steps_per_s,
                 run.metric,
@@ -478,13 +337,11 @@ fn compare(names: &[&str], model: Model, data: &Path, rounds: usize) -> anyhow::
         "{:<14} {:>14} {:>15} {:>8} {:>7} {:>9}",
         "contender", "train steps/s", "(range)", "metric", "wall s", "peak RSS"
     );
-    let mut medians = Vec::new();
     for (name, runs) in names.iter().zip(&runs) {
         let of = |f: fn(&Run) -> f64| runs.iter().map(f).collect::<Vec<_>>();
         let sps = of(|r| r.steps_per_s);
         let lo = sps.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = sps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        medians.push(median(sps.clone()));
         println!(
             "{name:<14} {:>14.1} {:>15} {:>8.4} {:>7.2} {:>6.0} MB",
             median(sps),
@@ -494,69 +351,106 @@ fn compare(names: &[&str], model: Model, data: &Path, rounds: usize) -> anyhow::
             median(of(|r| r.peak_rss as f64)) / 1e6,
         );
     }
-    Ok(medians)
+    Ok(runs
+        .iter()
+        .map(|runs| runs.iter().map(|r| r.steps_per_s).collect())
+        .collect())
+}
+
+/// ember's first accelerator over Lightning: the median of the rounds' ratios, and the lowest.
+fn ratio(per_round: &[Vec<f64>]) -> (f64, f64) {
+    let (ember, lightning) = (&per_round[0], &per_round[per_round.len() - 1]);
+    let ratios: Vec<f64> = ember.iter().zip(lightning).map(|(e, l)| e / l).collect();
+    let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    (median(ratios), min)
+}
+
+/// Prints each contender's FLOP/s and share of `peak` on `model`; returns ember's and the
+/// torch loop's shares in percent.
+fn peak_shares(names: &[&str], per_round: &[Vec<f64>], flops: f64, peak: f64) -> (f64, f64) {
+    println!(
+        "{:.1} GFLOP per training step (forward multiply-adds x 2 x 3); \
+         this machine's GEMM peak on {THREADS} threads: {:.0} GFLOP/s",
+        flops / 1e9,
+        peak / 1e9
+    );
+    let share = |steps: &Vec<f64>| 100.0 * flops * median(steps.clone()) / peak;
+    for (name, steps) in names.iter().zip(per_round) {
+        let achieved = flops * median(steps.clone());
+        println!(
+            "{name:<14} {:>6.1} GFLOP/s  {:>4.0}% of peak",
+            achieved / 1e9,
+            share(steps)
+        );
+    }
+    let torch = names.iter().position(|n| *n == "torch-hand");
+    (
+        share(&per_round[0]),
+        torch.map_or(f64::NAN, |i| share(&per_round[i])),
+    )
 }
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [first, name, model] = args.as_slice()
+    if let [first, name, model, setting] = args.as_slice()
         && first == "contender"
     {
-        return contender(name, model_named(model)?);
+        let setting = Setting::named(setting.trim_start_matches("--setting="))?;
+        return contender::contender(name, model_named(model)?, setting);
     }
     let rounds = rounds(3);
+    let models = chosen_models(&args)?;
     let data = tempfile::tempdir()?;
     split::write_split(&data_config(), data.path())?;
-    std::fs::create_dir(data.path().join("lm"))?;
-    write_windows(&data.path().join("lm"))?;
+    for large in [false, true] {
+        let model = if large { TRANSFORMER_L } else { TRANSFORMER };
+        lm::write_windows(&data.path().join(model.name()), large)?;
+    }
     resnet::write_images(&data.path().join("images"))?;
-    let names = contenders();
     // A first untimed run of each warms the page cache (libraries, Python's modules).
     let warm = Model { epochs: 1, ..MLP };
-    for name in &names {
-        measure(name, warm, data.path())?;
+    for name in contenders(Setting::Bare) {
+        measure(name, warm, data.path(), Setting::Bare)?;
     }
-    let lightning = names.len() - 1;
-    let torch = names.len() - 2;
-    let mut ratios = Vec::new();
-    let mut shares = String::new();
-    for model in chosen_models(&args)? {
-        println!(
-            "\n{}: {} epochs, validation every epoch; {THREADS} threads each; {rounds} rounds",
-            model.name(),
-            model.epochs
-        );
-        let medians = compare(&names, model, data.path(), rounds)?;
-        ratios.push(format!(
-            "{} {:.2}x",
-            model.name(),
-            medians[0] / medians[lightning]
-        ));
-        if model.kind == Kind::ResNet {
-            let flops = resnet::flops_per_step();
-            let peak = resnet::gemm_peak(THREADS.parse()?);
+    let peak = peak::gemm_peak(THREADS.parse()?);
+    let (mut defaults, mut bare, mut shares) = (Vec::new(), Vec::new(), Vec::new());
+    for model in models {
+        for setting in [Setting::Defaults, Setting::Bare] {
             println!(
-                "{:.1} GFLOP per training step (forward multiply-adds x 2 x 3); \
-                 this machine's GEMM peak on {THREADS} threads: {:.0} GFLOP/s",
-                flops / 1e9,
-                peak / 1e9
+                "\n{} ({}): {} epochs, validation every epoch; {THREADS} threads each; {rounds} rounds",
+                model.name(),
+                setting.name(),
+                model.epochs
             );
-            for (name, steps_per_s) in names.iter().zip(&medians) {
-                let achieved = flops * steps_per_s;
-                println!(
-                    "{name:<14} {:>6.1} GFLOP/s  {:>4.0}% of peak",
-                    achieved / 1e9,
-                    100.0 * achieved / peak
-                );
+            let names = contenders(setting);
+            let per_round = compare(&names, model, data.path(), setting, rounds)?;
+            let (median_ratio, min) = ratio(&per_round);
+            let shown = match (setting, model.kind) {
+                (Setting::Bare, Kind::Cnn | Kind::Transformer) => {
+                    format!("{} {median_ratio:.2}x (min {min:.2}x)", model.name())
+                }
+                _ => format!("{} {median_ratio:.2}x", model.name()),
+            };
+            if setting == Setting::Defaults {
+                defaults.push(shown);
+                continue;
             }
-            let share = |i: usize| 100.0 * flops * medians[i] / peak;
-            shares = format!(
-                "; resnet peak share ember {:.0}% torch {:.0}%",
-                share(0),
-                share(torch)
-            );
+            bare.push(shown);
+            if let Some(flops) = model.flops_per_step() {
+                let (ember, torch) = peak_shares(&names, &per_round, flops, peak);
+                shares.push(format!(
+                    "{} ember {ember:.0}% torch {torch:.0}%",
+                    model.name()
+                ));
+            }
         }
     }
-    println!("ember(cpu)/Lightning: {}{shares}", ratios.join(", "));
+    println!("\ndefaults: ember(cpu)/Lightning: {}", defaults.join(", "));
+    let shares = if shares.is_empty() {
+        String::new()
+    } else {
+        format!("; peak share {}", shares.join(", "))
+    };
+    println!("ember(cpu)/Lightning: {}{shares}", bare.join(", "));
     Ok(())
 }

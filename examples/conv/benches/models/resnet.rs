@@ -72,32 +72,6 @@ pub fn flops_per_step() -> f64 {
     (macs * 2 * 3) as f64
 }
 
-/// The highest FLOP/s of a 1024×1024 by 1024×1024 matrix product on burn-flex (the `gemm`
-/// crate, which torch's kernels match on this machine's vector width) on `threads` threads:
-/// the best of 10 after a warm-up.
-pub fn gemm_peak(threads: usize) -> f64 {
-    use burn::tensor::Distribution;
-    use burn_flex::{Flex, FlexDevice};
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("a thread pool for the GEMM probe");
-    pool.install(|| {
-        let n = 1024;
-        let a = Tensor::<Flex, 2>::random([n, n], Distribution::Default, &FlexDevice);
-        let b = Tensor::<Flex, 2>::random([n, n], Distribution::Default, &FlexDevice);
-        let _ = a.clone().matmul(b.clone()).into_data();
-        let best = (0..10)
-            .map(|_| {
-                let start = Instant::now();
-                let _ = a.clone().matmul(b.clone()).into_data();
-                start.elapsed().as_secs_f64()
-            })
-            .fold(f64::INFINITY, f64::min);
-        2.0 * (n * n * n) as f64 / best
-    })
-}
-
 /// Writes the images for the PyTorch side in `dir` (the digits split's file names and
 /// formats: `train_x.f32` little-endian pixels, `train_y.u8` labels, the same for `val`).
 pub fn write_images(dir: &Path) -> anyhow::Result<()> {
