@@ -109,6 +109,7 @@ pub mod gather_scatter;
 pub mod grid_sample;
 mod int;
 pub mod interpolate;
+mod linear;
 pub mod mask;
 pub mod matmul;
 mod module;

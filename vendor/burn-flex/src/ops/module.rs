@@ -2,7 +2,7 @@
 //!
 //! These operations power neural network modules like convolutions and pooling.
 
-use crate::ops::{conv, conv_transpose, conv2d_gemm, deform_conv, interpolate, pool};
+use crate::ops::{conv, conv_transpose, conv2d_gemm, deform_conv, interpolate, linear, pool};
 use crate::{Flex, FlexTensor, Layout};
 use burn_backend::{
     DType, Element, TensorMetadata,
@@ -43,6 +43,17 @@ pub(crate) fn cast_from_f32<E: Element + Pod + Copy>(
 }
 
 impl ModuleOps<Flex> for Flex {
+    fn linear_weight_backward(
+        x: FloatTensor<Flex>,
+        output_grad: FloatTensor<Flex>,
+    ) -> FloatTensor<Flex> {
+        linear::linear_weight_backward(x, output_grad)
+    }
+
+    fn linear_bias_backward(output_grad: FloatTensor<Flex>) -> FloatTensor<Flex> {
+        linear::linear_bias_backward(output_grad)
+    }
+
     fn conv1d(
         x: FloatTensor<Flex>,
         weight: FloatTensor<Flex>,
