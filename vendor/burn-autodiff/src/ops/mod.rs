@@ -2,6 +2,8 @@ mod activation;
 mod backward;
 mod base;
 mod bool_tensor;
+#[cfg(test)]
+mod broadcast_grads_tests;
 #[cfg(feature = "distributed")]
 mod distributed;
 mod int_tensor;

@@ -228,7 +228,10 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                     ops.node,
                     grads,
                     |grad| broadcast_shape::<B>(grad, &shape_lhs),
-                    |grad| broadcast_shape::<B>(B::float_neg(grad), &shape_rhs),
+                    // Negated after the sum over broadcast dims: one pass over a broadcast
+                    // rhs's own size instead of the output's, and bitwise the same (negation
+                    // is exact and commutes with rounding).
+                    |grad| B::float_neg(broadcast_shape::<B>(grad, &shape_rhs)),
                 );
             }
         }
@@ -401,6 +404,14 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                     |grad| {
                         let rhs = rhs_4rhs.unwrap();
                         let lhs = lhs.unwrap();
+                        if rhs.shape().num_elements() < grad.shape().num_elements() {
+                            // A broadcast rhs (a per-channel scale): `-Σ(grad·lhs) / rhs²`,
+                            // summed over the broadcast dims before the division, so that
+                            // only one product runs at the output's size.
+                            let summed = broadcast.backward_rhs::<B>(B::float_mul(grad, lhs));
+                            let square = B::float_powi_scalar(rhs, 2.into());
+                            return B::float_div(B::float_neg(summed), square);
+                        }
                         let value =
                             B::float_div(B::float_neg(lhs), B::float_powi_scalar(rhs, 2.into()));
                         let grad = B::float_mul(grad, value);
@@ -1970,10 +1981,11 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                 unary::<B, _>(ops.parents, ops.node, grads, |grad| {
                     let val = 1_f64 / shape[dim] as f64;
                     let ones = B::float_ones(shape, &B::float_device(&grad), grad.dtype().into());
-                    let val = B::float_mul_scalar(ones, val.into());
 
-                    let grad = B::float_sum_dim(grad, dim);
-                    B::float_mul(val, grad)
+                    // The reduced gradient is scaled, not the full tensor of ones: one pass
+                    // at the input's size fewer, bitwise the same (`1·v` is `v`).
+                    let grad = B::float_mul_scalar(B::float_sum_dim(grad, dim), val.into());
+                    B::float_mul(ones, grad)
                 });
             }
         }
