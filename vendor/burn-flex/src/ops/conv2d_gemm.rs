@@ -144,12 +144,22 @@ impl Geometry {
     }
 }
 
-/// Writes `[channels, plane]` as `[plane, channels]`.
+/// Side of the square blocks [`to_channels_last`] moves one at a time.
+const TRANSPOSE_BLOCK: usize = 16;
+
+/// Writes `[channels, plane]` as `[plane, channels]`, in square blocks so that the rows read
+/// and the rows written stay in cache while a block is moved (a channel at a time, the strided
+/// writes touched a new cache line per element).
 fn to_channels_last<T: Copy>(x: &[T], channels: usize, plane: usize, out: &mut [T]) {
-    for c in 0..channels {
-        let row = &x[c * plane..(c + 1) * plane];
-        for (p, &v) in row.iter().enumerate() {
-            out[p * channels + c] = v;
+    for c0 in (0..channels).step_by(TRANSPOSE_BLOCK) {
+        let cs = c0..(c0 + TRANSPOSE_BLOCK).min(channels);
+        for p0 in (0..plane).step_by(TRANSPOSE_BLOCK) {
+            for p in p0..(p0 + TRANSPOSE_BLOCK).min(plane) {
+                let to = &mut out[p * channels..][cs.clone()];
+                for (slot, c) in to.iter_mut().zip(cs.clone()) {
+                    *slot = x[c * plane + p];
+                }
+            }
         }
     }
 }
@@ -523,6 +533,24 @@ mod tests {
         (2, 2, 40, 3, 3, 3, 3, [1, 1], [1, 1], [1, 1], 1),
         (4, 5, 3, 3, 2, 5, 5, [1, 1], [2, 2], [1, 1], 1),
     ];
+
+    #[test]
+    fn channels_last_moves_every_value_once() {
+        for (channels, plane) in [(3, 1024), (32, 1024), (64, 256), (17, 35), (1, 5)] {
+            let x = values(channels * plane, 3);
+            let mut out = vec![0.0; x.len()];
+            to_channels_last(&x, channels, plane, &mut out);
+            for c in 0..channels {
+                for p in 0..plane {
+                    assert_eq!(
+                        out[p * channels + c],
+                        x[c * plane + p],
+                        "{channels}x{plane}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn forward_and_weight_gradient_equal_the_defining_sums() {
