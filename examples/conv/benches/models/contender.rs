@@ -33,7 +33,7 @@ fn ember_fit<A: Accelerator>(model: Model, setting: Setting) -> anyhow::Result<(
         enable_progress_bar: false,
         default_root_dir: root.path().to_owned(),
         // The transformer example's own default (`transformer fit`).
-        gradient_clip_val: model.transformer().map(|_| 1.0),
+        gradient_clip_val: model.is_transformer().then_some(1.0),
         ..TrainerOptions::default()
     };
     if setting == Setting::Bare {

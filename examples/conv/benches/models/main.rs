@@ -89,13 +89,9 @@ impl Model {
         }
     }
 
-    /// Whether this is one of the two transformers, and which.
-    fn transformer(self) -> Option<bool> {
-        match self.kind {
-            Kind::Transformer => Some(false),
-            Kind::TransformerL => Some(true),
-            _ => None,
-        }
+    /// Whether this is one of the two transformers.
+    fn is_transformer(self) -> bool {
+        matches!(self.kind, Kind::Transformer | Kind::TransformerL)
     }
 
     /// FLOPs of one training step, for the models whose peak share is reported.
@@ -244,7 +240,7 @@ fn conv_config(model: Model) -> ConvConfig {
 fn command(name: &str, model: Model, data: &Path, setting: Setting) -> anyhow::Result<Command> {
     let script = |file: &str| format!("{}/../../scripts/bench/{file}", env!("CARGO_MANIFEST_DIR"));
     let mut command = match name {
-        "torch-hand" | "lightning" if model.transformer().is_some() => {
+        "torch-hand" | "lightning" if model.is_transformer() => {
             let mut c = Command::new(python("models")?);
             c.arg(script("char_lm.py"))
                 .arg(name)
