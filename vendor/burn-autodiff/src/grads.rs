@@ -98,6 +98,17 @@ impl Gradients {
             .map(|tensor| tensor.tensor())
     }
 
+    /// Whether one registration may stand for two equal ones at `node_id`: true when the node
+    /// has no gradient yet (so `v + v` would be the first sum, which `2·v` gives exactly) and no
+    /// distributed sync counts the registrations.
+    pub(crate) fn accepts_one_registration_for(&self, node_id: NodeId) -> bool {
+        #[cfg(feature = "distributed")]
+        if self.is_distributed() {
+            return false;
+        }
+        !self.container.ids().contains(&&node_id.value)
+    }
+
     /// Register a grad tensor in the container.
     ///
     /// If the tensor already exists, add both tensors together before saving the result.

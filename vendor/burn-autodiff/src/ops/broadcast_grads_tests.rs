@@ -1,4 +1,4 @@
-//! The gradients that patch 2 computes in fewer passes, against the formulas they replace,
+//! The gradients that patches 2 and 3 compute in fewer passes, against the formulas they replace,
 //! evaluated on the inner backend: `x - m` and `x / s` for a per-channel `m` and `s` (as batch
 //! norm broadcasts them), and `mean_dim`.
 
@@ -83,4 +83,29 @@ fn mean_dim_spreads_the_scaled_gradient_bitwise() {
     let ones = Tensor::<Flex, 2>::ones([3, 7], &Default::default());
     let want = ones.mul_scalar(1.0 / 7.0) * w;
     assert_eq!(values(x.grad(&grads).unwrap()), values(want));
+}
+
+#[test]
+fn square_gives_the_sum_of_both_operands_gradients_bitwise() {
+    let (x, w) = (random([4, 3, 5, 6], -2.0), random([4, 3, 5, 6], -2.0));
+    let leaf = Tensor::<Ad, 4>::from_inner(x.clone()).require_grad();
+    // `x` is a computed node whose square is its only use, as in batch norm's variance.
+    let centred = leaf.clone() - 0.5;
+    let out = (centred.square() * Tensor::from_inner(w.clone())).sum();
+    let dx = leaf.grad(&out.backward()).unwrap();
+    let product = w * (x - 0.5);
+    assert_eq!(values(dx), values(product.clone() + product));
+}
+
+#[test]
+fn square_of_a_value_used_twice_sums_as_the_unpatched_backward_does() {
+    let (x, w) = (random([2, 3, 4, 5], -2.0), random([2, 3, 4, 5], -2.0));
+    let leaf = Tensor::<Ad, 4>::from_inner(x.clone()).require_grad();
+    let out = ((leaf.clone().square() + leaf.clone() * 3.0) * Tensor::from_inner(w.clone())).sum();
+    let dx = values(leaf.grad(&out.backward()).unwrap());
+    let (product, linear) = (w.clone() * x, w * 3.0);
+    // Unpatched, `grad · x` is added twice, before or after the other use's gradient.
+    let square_first = (product.clone() + product.clone()) + linear.clone();
+    let square_last = (product.clone() + linear) + product;
+    assert!(dx == values(square_first) || dx == values(square_last));
 }

@@ -297,6 +297,19 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                 let lhs = lhs.map(|lhs| checkpointer.retrieve_node_output(lhs));
                 let rhs = rhs.map(|rhs| checkpointer.retrieve_node_output(rhs));
 
+                // `x * x` (what `square` is): one product `grad · x`, doubled, where the two
+                // operands' gradients `grad · x + grad · x` would take two products and a sum.
+                // Bitwise the same when `x` has no gradient yet (doubling is exact).
+                if let [Some(l), Some(r)] = &ops.parents
+                    && l.id == r.id
+                    && grads.accepts_one_registration_for(l.id)
+                {
+                    let grad = grads.consume::<B>(&ops.node);
+                    let grad = B::float_mul(grad, lhs.unwrap());
+                    grads.register::<B>(l.id, B::float_mul_scalar(grad, 2.0.into()));
+                    return;
+                }
+
                 binary::<B, _, _>(
                     ops.parents,
                     ops.node,
