@@ -62,7 +62,8 @@ pub use precision::Precision;
 pub use registry::{Registry, RegistryError};
 pub use strategy::StrategyInfo;
 pub use trainer::data::{
-    DataLoaders, DataModule, FromDataModule, Given, Loader, epoch_permutation,
+    Batches, DataLoaders, DataModule, DataSource, FromDataModule, Given, ItemKey, Loader,
+    epoch_permutation,
 };
 pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};

@@ -10,7 +10,9 @@ pub use crate::metrics;
 pub use crate::optim;
 pub use crate::stage::Stage;
 pub use crate::trainer::Trainer;
-pub use crate::trainer::data::{DataLoaders, DataModule, FromDataModule, Loader};
+pub use crate::trainer::data::{
+    DataLoaders, DataModule, DataSource, FromDataModule, ItemKey, Loader,
+};
 pub use crate::trainer::hparams::Hparams;
 pub use crate::trainer::log::{LogOptions, StepLog};
 pub use crate::trainer::loops::step::ManualOptimization;

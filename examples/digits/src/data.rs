@@ -211,7 +211,7 @@ impl DigitsData {
 
     fn loader(&self, set: &Option<Arc<InMemDataset<DigitItem>>>) -> Option<Loader<DigitItem>> {
         let set = Arc::clone(set.as_ref()?);
-        Some(Loader::new(set, self.config.batch_size))
+        Some(Loader::new(set, self.config.batch_size).num_workers(self.config.num_workers))
     }
 }
 

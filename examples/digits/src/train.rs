@@ -28,6 +28,8 @@ pub struct DataConfig {
     pub val_fraction: f64,
     /// Seed for the stratified split (the Trainer's `seed` drives weights and shuffles).
     pub seed: u64,
+    /// Threads making batches ahead of the step (0: the training thread makes them).
+    pub num_workers: usize,
 }
 
 impl Default for DataConfig {
@@ -37,6 +39,7 @@ impl Default for DataConfig {
             batch_size: 64,
             val_fraction: 0.2,
             seed: 42,
+            num_workers: 0,
         }
     }
 }

@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 
+use anyhow::Context;
+
 use burn::module::{ModuleVisitor, Param, ParamId};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
@@ -38,53 +40,45 @@ where
     ) -> anyhow::Result<()>
     where
         Bt: BatcherFor<B, I, M>,
+        I: Send + 'static,
     {
         let mut find = FindBatchNorm::default();
         self.opt.model.visit(&mut find);
         let epoch = self.position.epoch;
-        let batches = train.batch_indices(self.trainer.seed, epoch);
-        let batches = &batches[..batches.len().min(self.schedule.train_batches)];
-        if find.stats.is_empty() || batches.is_empty() {
+        let count = train.num_batches().min(self.schedule.train_batches);
+        if find.stats.is_empty() || count == 0 {
             return Ok(());
         }
+        let (seed, device) = (self.trainer.seed, self.trainer.device.clone());
+        let rank = self.trainer.shard().rank;
+        // The first batch is run twice: with momentum 1 and 0, which tells each layer's
+        // momentum from the two running statistics.
+        let first = train
+            .pass(seed, epoch, 0..1)?
+            .next_batch(batcher, &device)?;
+        let (_, first) = first.context("the training loader has no batch")?;
+        let ones = self.forward_from(1.0, batch_seed(seed, epoch, 0, rank), first, &find.stats)?;
         let mut sums: HashMap<ParamId, Vec<f64>> = HashMap::new();
         let mut momentum: HashMap<ParamId, Vec<f64>> = HashMap::new();
-        for (batch_idx, indices) in batches.iter().enumerate() {
-            let seed = batch_seed(
-                self.trainer.seed,
-                epoch,
-                batch_idx,
-                self.trainer.shard().rank,
-            );
+        let mut batches = train.pass(seed, epoch, 0..count)?;
+        while let Some((batch_idx, batch)) = batches.next_batch(batcher, &device)? {
+            let step_seed = batch_seed(seed, epoch, batch_idx, rank);
+            let stats = self.forward_from(0.0, step_seed, batch, &find.stats)?;
             if batch_idx == 0 {
-                let ones = self.forward_from(
-                    1.0,
-                    seed,
-                    train.batch(batcher, indices, &self.trainer.device)?,
-                    &find.stats,
-                )?;
-                let zeros = self.forward_from(
-                    0.0,
-                    seed,
-                    train.batch(batcher, indices, &self.trainer.device)?,
-                    &find.stats,
-                )?;
                 for (id, one) in &ones {
-                    let zero = &zeros[id];
+                    let zero = &stats[id];
                     let m = one.iter().zip(zero).map(|(o, z)| 1.0 - (o - z)).collect();
                     momentum.insert(*id, m);
                 }
-                sums = zeros;
+                sums = stats;
             } else {
-                let batch = train.batch(batcher, indices, &self.trainer.device)?;
-                let stats = self.forward_from(0.0, seed, batch, &find.stats)?;
                 for (id, values) in stats {
                     let sum = sums.get_mut(&id).expect("the same layers every batch");
                     sum.iter_mut().zip(values).for_each(|(s, v)| *s += v);
                 }
             }
         }
-        let count = batches.len() as f64;
+        let count = count as f64;
         let mut weights = ModelWeights::<B, M>::new(&mut self.opt.model);
         let dtypes: HashMap<ParamId, _> = (weights
             .to_host_where(&mut |id| find.stats.contains(&id)))
@@ -98,7 +92,7 @@ where
             (id, TensorData::new(values, shape).convert_dtype(dtype))
         });
         weights.load_host(mean.collect())?;
-        tracing::info!(target: "ember", "recomputed the batch-norm statistics over {} batches", batches.len());
+        tracing::info!(target: "ember", "recomputed the batch-norm statistics over {count} batches");
         Ok(())
     }
 

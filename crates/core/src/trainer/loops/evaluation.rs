@@ -41,6 +41,7 @@ impl EvaluationLoop {
         B: AutodiffBackend,
         E: LightningModule<Inner<B>>,
         Bt: Batcher<Inner<B>, I, E::Batch>,
+        I: Send + 'static,
     {
         let test = self.stage == Stage::Test;
         let mut collector = MetricCollector::default();
@@ -49,12 +50,11 @@ impl EvaluationLoop {
             log.set_loader(index, loaders.len());
             run.state.dataloader_idx = index;
             run.state.num_eval_batches = batches;
-            let all = loader.batch_indices(trainer.seed, 0);
-            for (i, indices) in all.iter().take(batches).enumerate() {
-                let batch = {
-                    let _span = trainer.profiler.span("data fetch");
-                    loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?
-                };
+            let mut all = loader.pass(trainer.seed, 0, 0..batches)?;
+            while let Some((i, batch)) = {
+                let _span = trainer.profiler.span("data fetch");
+                all.next_batch::<Inner<B>, _>(batcher, &trainer.device)?
+            } {
                 let span =
                     trainer
                         .profiler

@@ -138,6 +138,7 @@ where
     ) -> anyhow::Result<FitOutcome<M>>
     where
         Bt: BatcherFor<B, I, M>,
+        I: Send + 'static,
     {
         let started = Instant::now();
         let first_step = self.run.state.global_step;
@@ -211,6 +212,7 @@ where
     ) -> anyhow::Result<()>
     where
         Bt: Batcher<Inner<B>, I, EvalBatch<B, M>>,
+        I: Send + 'static,
     {
         if self.no_validation_step {
             return Ok(());

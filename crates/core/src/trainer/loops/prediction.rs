@@ -36,16 +36,18 @@ impl PredictionLoop {
         B: AutodiffBackend,
         P: LightningModule<Inner<B>>,
         Bt: Batcher<Inner<B>, I, P::Batch>,
+        I: Send + 'static,
     {
-        let batches = loader.batch_indices(trainer.seed, 0);
-        let mine = batches_of(trainer.shard(), self.batches.min(batches.len()));
+        let mine = batches_of(trainer.shard(), self.batches.min(loader.num_batches()));
         run.state.num_eval_batches = mine.len();
         let mut outputs = Vec::with_capacity(mine.len());
-        for (i, indices) in batches[mine].iter().enumerate() {
-            let batch = {
-                let _span = trainer.profiler.span("data fetch");
-                loader.batch::<Inner<B>, _>(batcher, indices, &trainer.device)?
-            };
+        let first = mine.start;
+        let mut batches = loader.pass(trainer.seed, 0, mine)?;
+        while let Some((batch_idx, batch)) = {
+            let _span = trainer.profiler.span("data fetch");
+            batches.next_batch::<Inner<B>, _>(batcher, &trainer.device)?
+        } {
+            let i = batch_idx - first;
             let span = trainer.profiler.span("predict step");
             outputs.push(model.predict_step(batch).into_value()?);
             drop(span);

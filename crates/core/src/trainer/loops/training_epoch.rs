@@ -16,6 +16,7 @@ use crate::callbacks::Callback;
 use crate::plugins::dtype;
 use crate::stage::Stage;
 use crate::trainer::data::Loader;
+use crate::trainer::data::mix64;
 use crate::trainer::log::StepLog;
 use crate::trainer::module::{
     BatcherFor, EpochEnd, MissingStep, SchedulerInterval, TrainingModule,
@@ -38,6 +39,7 @@ where
     ) -> anyhow::Result<(Self, bool)>
     where
         Bt: BatcherFor<B, I, M>,
+        I: Send + 'static,
     {
         let epoch = self.position.epoch;
         let _span = self.trainer.profiler.span("training epoch");
@@ -53,19 +55,14 @@ where
         }
         self.fit_hook(|c, x| c.on_train_epoch_start(x))?;
         self.apply_finetuning()?;
-        let batches = train.batch_indices(self.trainer.seed, epoch);
         let resumed_at = std::mem::take(&mut self.position.skip);
+        let range = resumed_at..self.schedule.train_batches;
+        let mut batches = train.pass(self.trainer.seed, epoch, range)?;
         let mut stop = false;
-        for (batch_idx, indices) in batches
-            .iter()
-            .take(self.schedule.train_batches)
-            .enumerate()
-            .skip(resumed_at)
-        {
-            let batch = {
-                let _span = self.trainer.profiler.span("data fetch");
-                train.batch::<B, _>(batcher, indices, &self.trainer.device)?
-            };
+        while let Some((batch_idx, batch)) = {
+            let _span = self.trainer.profiler.span("data fetch");
+            batches.next_batch::<B, _>(batcher, &self.trainer.device)?
+        } {
             let span = self.trainer.profiler.span("training batch");
             self = self.train_batch(batch_idx, batch)?;
             self.fit_hook(|c, x| c.on_train_batch_end(x))?;
@@ -303,13 +300,11 @@ where
 /// The backend's seed for one training batch: the run's seed mixed with the epoch, the batch
 /// and the rank (so ranks draw different dropout masks), through SplitMix64's finaliser.
 pub(super) fn batch_seed(seed: u64, epoch: u64, batch_idx: usize, rank: usize) -> u64 {
-    let mut z = seed
-        ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ (batch_idx as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
-        ^ (rank as u64).wrapping_mul(0x1656_67B1_9E37_79F9);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    mix64(
+        seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (batch_idx as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+            ^ (rank as u64).wrapping_mul(0x1656_67B1_9E37_79F9),
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,253 @@
+//! [`Loader`]: how one data source becomes batches.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use burn::data::dataset::{Dataset, InMemDataset};
+
+use super::epoch_permutation;
+use super::source::{DataSource, FromDataset, ItemKey, Mapped};
+use super::workers::{Batches, Pool};
+use crate::plugins::shard::Shard;
+
+/// How to batch one data source.
+pub struct Loader<I> {
+    /// The items.
+    pub dataset: Arc<dyn DataSource<I>>,
+    /// Items per batch.
+    pub batch_size: usize,
+    /// Shuffle every epoch (seeded by the Trainer's seed and the epoch).
+    pub shuffle: bool,
+    /// Drop a last batch smaller than `batch_size`.
+    pub drop_last: bool,
+    /// The share of each epoch this process batches (all of it unless the run is distributed).
+    pub shard: Shard,
+    /// Threads making items ahead of the step (0: the training thread makes each batch when
+    /// it is needed).
+    pub num_workers: usize,
+    /// Batches each worker makes ahead.
+    pub prefetch_factor: usize,
+    /// The loader's name in errors (train, val, ...).
+    name: String,
+    /// The worker threads, started by the first pass that needs them; a clone starts its own.
+    pool: Mutex<Option<Pool<I>>>,
+}
+
+impl<I> Clone for Loader<I> {
+    fn clone(&self) -> Self {
+        Self {
+            dataset: Arc::clone(&self.dataset),
+            batch_size: self.batch_size,
+            shuffle: self.shuffle,
+            drop_last: self.drop_last,
+            shard: self.shard,
+            num_workers: self.num_workers,
+            prefetch_factor: self.prefetch_factor,
+            name: self.name.clone(),
+            pool: Mutex::new(None),
+        }
+    }
+}
+
+impl<I> Loader<I> {
+    /// A loader over `dataset` (any burn `Dataset`: an `InMemDataset`, an `Arc` of one ...) in
+    /// its own order.
+    pub fn new(dataset: impl Dataset<I> + 'static, batch_size: usize) -> Self {
+        Self::from_source(FromDataset(dataset), batch_size)
+    }
+
+    /// A loader over a [`DataSource`]: items that are made knowing their [`ItemKey`] and can
+    /// fail with an error of their own.
+    pub fn from_source(source: impl DataSource<I> + 'static, batch_size: usize) -> Self {
+        Self {
+            dataset: Arc::new(source),
+            batch_size,
+            shuffle: false,
+            drop_last: false,
+            shard: Shard::WHOLE,
+            num_workers: 0,
+            prefetch_factor: 2,
+            name: "data".into(),
+            pool: Mutex::new(None),
+        }
+    }
+
+    /// This loader with every item passed through `map` as it is made (on a worker, when
+    /// there are workers): decoding, augmenting. `map` gets the item's [`ItemKey`], whose
+    /// [`rng`](ItemKey::rng) a random augmentation draws from.
+    pub fn map<O>(
+        self,
+        map: impl Fn(I, &ItemKey) -> anyhow::Result<O> + Send + Sync + 'static,
+    ) -> Loader<O>
+    where
+        I: 'static,
+    {
+        let mut mapped = Loader::from_source(
+            Mapped {
+                source: Arc::clone(&self.dataset),
+                map,
+            },
+            self.batch_size,
+        );
+        (mapped.shuffle, mapped.drop_last, mapped.shard) =
+            (self.shuffle, self.drop_last, self.shard);
+        (mapped.num_workers, mapped.prefetch_factor) = (self.num_workers, self.prefetch_factor);
+        mapped.name = self.name.clone();
+        mapped
+    }
+
+    /// Makes items on `workers` threads ahead of the step (Lightning's `num_workers`); the
+    /// batches are the same for any number.
+    pub fn num_workers(mut self, workers: usize) -> Self {
+        self.num_workers = workers;
+        self
+    }
+
+    /// Lets each worker make `batches` batches ahead (at least 1; 2 by default).
+    pub fn prefetch_factor(mut self, batches: usize) -> Self {
+        self.prefetch_factor = batches;
+        self
+    }
+
+    /// A loader over `items`, held in memory (burn's `InMemDataset`), in their order:
+    /// `Loader::in_memory((0..1000).map(sample), 32)`.
+    pub fn in_memory(items: impl IntoIterator<Item = I>, batch_size: usize) -> Self
+    where
+        I: Clone + Send + Sync + 'static,
+    {
+        Self::new(InMemDataset::new(items.into_iter().collect()), batch_size)
+    }
+
+    /// This loader, or an error naming it (`which`: train, val, test, predict) when it cannot
+    /// make a batch: a batch size of 0.
+    pub(crate) fn checked(self, which: &str) -> anyhow::Result<Self> {
+        self.checked_as(which, &format!("{which}_loader"))
+    }
+
+    /// Every loader of `loaders` checked as [`checked`](Self::checked) does (naming the index
+    /// of one among several) and sharded by `shard`.
+    pub(crate) fn checked_all(
+        loaders: Vec<Self>,
+        which: &str,
+        shard: Shard,
+    ) -> anyhow::Result<Vec<Self>> {
+        let several = loaders.len() > 1;
+        (loaders.into_iter().enumerate())
+            .map(|(i, loader)| {
+                let checked = match several {
+                    true => loader.checked_as(&format!("{which} {i}"), &format!("{which}_loaders")),
+                    false => loader.checked(which),
+                };
+                Ok(checked?.sharded(shard))
+            })
+            .collect()
+    }
+
+    fn checked_as(mut self, name: &str, method: &str) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            self.batch_size > 0,
+            "the {name} loader (DataModule::{method}) has batch_size 0; a batch needs at least 1 item"
+        );
+        anyhow::ensure!(
+            self.num_workers == 0 || self.prefetch_factor > 0,
+            "the {name} loader (DataModule::{method}) has prefetch_factor 0 with {} workers; \
+             each worker needs at least 1 batch to make",
+            self.num_workers
+        );
+        self.name = name.to_string();
+        Ok(self)
+    }
+
+    /// Batches only `shard`'s items of each epoch.
+    pub fn sharded(mut self, shard: Shard) -> Self {
+        self.shard = shard;
+        self
+    }
+
+    /// The loader of a process that drives `devices` devices, each taking `batch_size` items
+    /// per step: batches of `batch_size` × `devices`.
+    pub fn for_devices(mut self, devices: usize) -> Self {
+        self.batch_size *= devices;
+        self
+    }
+
+    /// Shuffles every epoch.
+    pub fn shuffled(mut self) -> Self {
+        self.shuffle = true;
+        self
+    }
+
+    /// Drops a short last batch.
+    pub fn drop_last(mut self) -> Self {
+        self.drop_last = true;
+        self
+    }
+
+    /// Batches per epoch (of this loader's shard).
+    pub fn num_batches(&self) -> usize {
+        let n = self.shard.items(self.dataset.len());
+        if self.drop_last {
+            n / self.batch_size
+        } else {
+            n.div_ceil(self.batch_size)
+        }
+    }
+
+    /// The item indices of each batch of `epoch` (of this loader's shard), in order.
+    pub fn batch_indices(&self, seed: u64, epoch: u64) -> Vec<Vec<usize>> {
+        let order = if self.shuffle {
+            epoch_permutation(self.dataset.len(), seed, epoch)
+        } else {
+            (0..self.dataset.len()).collect()
+        };
+        self.shard
+            .take(&order)
+            .chunks(self.batch_size)
+            .take(self.num_batches())
+            .map(<[usize]>::to_vec)
+            .collect()
+    }
+
+    /// The batches `range` of `epoch` (clamped to the epoch), in order: their items made by
+    /// the workers, ahead, or on this thread when there are none. The workers start with the
+    /// first pass that needs them and serve every later pass of this loader.
+    pub fn pass(&self, seed: u64, epoch: u64, range: Range<usize>) -> anyhow::Result<Batches<'_, I>>
+    where
+        I: Send + 'static,
+    {
+        let mut batches = self.batch_indices(seed, epoch);
+        let end = range.end.min(batches.len());
+        let first = range.start.min(end);
+        batches.truncate(end);
+        batches.drain(..first);
+        // A second pass while one is running (a loader validating itself) makes its own items.
+        let pool = match self.num_workers {
+            0 => None,
+            _ => self.pool.try_lock().ok(),
+        };
+        let pool = match pool {
+            Some(mut slot) => {
+                if slot.is_none() {
+                    *slot = Some(Pool::start(&self.dataset, self.num_workers, &self.name)?);
+                }
+                Some(slot)
+            }
+            None => None,
+        };
+        let ahead = (self.num_workers * self.prefetch_factor).max(1);
+        let pass = Batches {
+            source: &*self.dataset,
+            name: &self.name,
+            pool,
+            ahead,
+            seed,
+            epoch,
+            batches,
+            first,
+            pass: 0,
+            submitted: 0,
+            taken: 0,
+        };
+        Ok(pass.started())
+    }
+}
