@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
+use burn::tensor::Tensor;
 use rand::RngExt;
 
 use super::*;
@@ -280,4 +281,31 @@ fn shards_split_the_epoch_evenly_and_pad_with_its_first_items() {
     let sharded = whole.sharded(Shard { rank: 1, world: 4 });
     assert_eq!(sharded.num_batches(), 2);
     assert_eq!(sharded.clone().drop_last().num_batches(), 1);
+}
+
+#[test]
+fn a_batcher_that_panics_is_an_error_naming_the_batch() {
+    let l = loader(10, 4).checked("val").unwrap();
+    let mut pass = l.pass(0, 0, 0..usize::MAX).unwrap();
+    let device = Default::default();
+    let stack = crate::Stack;
+    assert!(pass.next_batch::<B, Vec<usize>>(&Items, &device).is_ok());
+    let err = match pass.next_batch::<B, Tensor<B, 2>>(&Shapeless(stack), &device) {
+        Ok(_) => panic!("a panicking batcher made a batch"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("the val loader's batcher panicked on batch 1 of epoch 0: no shape"),
+        "{err}"
+    );
+    assert_eq!(batching(), None);
+}
+
+/// A batcher that panics.
+struct Shapeless(crate::Stack);
+
+impl Batcher<B, usize, Tensor<B, 2>> for Shapeless {
+    fn batch(&self, _: Vec<usize>, _: &burn_flex::FlexDevice) -> Tensor<B, 2> {
+        panic!("no shape")
+    }
 }

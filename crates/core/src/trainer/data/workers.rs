@@ -229,7 +229,17 @@ impl<I> Batches<'_, I> {
             return Ok(None);
         };
         let batch_idx = self.first + self.taken - 1;
-        let batch = making_batch(items.len(), || batcher.batch(items, device));
+        let made = catch_unwind(AssertUnwindSafe(|| {
+            making_batch(items.len(), || batcher.batch(items, device))
+        }));
+        let batch = made.map_err(|panic| {
+            anyhow!(
+                "the {} loader's batcher panicked on batch {batch_idx} of epoch {}: {}",
+                self.name,
+                self.epoch,
+                panic_message(&*panic)
+            )
+        })?;
         Ok(Some((batch_idx, batch)))
     }
 }
