@@ -33,6 +33,7 @@ pub mod prelude;
 pub mod quiet;
 pub mod registry;
 pub mod trainer;
+pub mod vision;
 
 pub use accelerator::{Accelerator, AcceleratorKind, DeviceOf, DeviceStats};
 pub use app::{App, AppJob, AppOutput, InitModel, RunsWith};
