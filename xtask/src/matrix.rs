@@ -7,7 +7,7 @@ use crate::{VENDORED, run_in, torch_env};
 /// The workspace packages whose tests do not change with a backend row's features: the cpu row
 /// runs them; a backend row would build and run them again unchanged (they see the backend
 /// only as one more registered accelerator, and run on cpu).
-const FEATURE_INDEPENDENT: [&str; 11] = [
+const FEATURE_INDEPENDENT: [&str; 12] = [
     "ember-plan",
     "ember-core",
     "ember-derive",
@@ -18,6 +18,7 @@ const FEATURE_INDEPENDENT: [&str; 11] = [
     "custom_accelerator",
     "custom_plugins",
     "convnet",
+    "images",
     "xtask",
 ];
 

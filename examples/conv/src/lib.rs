@@ -1,10 +1,6 @@
 //! The conv example: a small CNN on the 8×8 digits, with what the MLP never had: batch norm
 //! (running statistics), dropout (a random layer) and a learning rate that decays per epoch.
-//! Its data is the digits example's. [`resnet`] is a model of realistic size for 32×32 RGB
-//! images, trained on [`images`]' generated data by the benchmarks and tests.
-
-pub mod images;
-pub mod resnet;
+//! Its data is the digits example's.
 
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};

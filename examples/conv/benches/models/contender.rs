@@ -12,12 +12,12 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use convnet::ConvNet;
-use convnet::images::GeneratedImages;
-use convnet::resnet::{ResNet, ResNetConfig};
 use digits::data::{DigitsBatch, DigitsData, batch_of};
 use digits::model::{DigitsModel, ModelConfig, loss_and_accuracy};
 use digits::train::fit_by_hand;
 use ember::{Accelerator, Plan, Precision, Trainer, TrainerOptions, epoch_permutation};
+use images::generated::GeneratedImages;
+use images::model::{ResNet, ResNetConfig};
 use transformer::{CharLm, CorpusData};
 
 use crate::contest::ValClock;

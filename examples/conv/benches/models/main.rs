@@ -130,7 +130,7 @@ const TRANSFORMER: Model = Model {
 const RESNET: Model = Model {
     kind: Kind::ResNet,
     epochs: 1,
-    lr: convnet::resnet::LR,
+    lr: images::model::LR,
     lr_decay: 1.0,
 };
 

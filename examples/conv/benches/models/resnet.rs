@@ -9,10 +9,10 @@ use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use convnet::images::{ImageBatch, ImageBatcher, ImageItem, ImagesConfig};
-use convnet::resnet::{LR, ResNet, ResNetConfig};
 use digits::model::loss_and_accuracy;
 use ember::epoch_permutation;
+use images::generated::{ImageBatcher, ImageItem, ImagesConfig};
+use images::model::{ImageBatch, LR, ResNet, ResNetConfig};
 
 /// The images every contender trains on.
 pub fn images() -> ImagesConfig {
@@ -40,8 +40,8 @@ pub fn resnet_by_hand<B: AutodiffBackend>(
     for epoch in 0..epochs {
         let order = epoch_permutation(train.len(), seed, epoch as u64);
         for indices in order.chunks(config.batch_size) {
-            let batch: ImageBatch<B> = ImageBatcher.batch(pick(&train, indices), device);
-            let (loss, _) = loss_and_accuracy(net.forward(batch.images), batch.labels);
+            let (images, labels): ImageBatch<B> = ImageBatcher.batch(pick(&train, indices), device);
+            let (loss, _) = loss_and_accuracy(net.forward(images), labels);
             let grads = GradientsParams::from_grads(loss.backward(), &net);
             net = optimizer.step(LR, net, grads);
             let _ = loss.into_scalar();
@@ -52,9 +52,9 @@ pub fn resnet_by_hand<B: AutodiffBackend>(
         let (mut correct, mut seen) = (0.0, 0);
         let all: Vec<usize> = (0..val.len()).collect();
         for indices in all.chunks(config.batch_size) {
-            let batch: ImageBatch<B::InnerBackend> =
+            let (images, labels): ImageBatch<B::InnerBackend> =
                 ImageBatcher.batch(pick(&val, indices), device);
-            let (_, acc) = loss_and_accuracy(valid.forward(batch.images), batch.labels);
+            let (_, acc) = loss_and_accuracy(valid.forward(images), labels);
             correct += acc.into_scalar().elem::<f64>() * indices.len() as f64;
             seen += indices.len();
         }

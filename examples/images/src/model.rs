@@ -10,11 +10,11 @@ use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d
 use burn::prelude::*;
 use digits::model::loss_and_accuracy;
 use ember::prelude::*;
+use serde::{Deserialize, Serialize};
 
-use crate::images::ImageBatch;
-
-/// The widths and classes of a [`ResNet`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The widths and classes of a [`ResNet`]: the `model` section of the config.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ResNetConfig {
     /// Input channels (3 for RGB).
     pub in_channels: usize,
@@ -149,14 +149,18 @@ impl<B: Backend> ResNet<B> {
     }
 }
 
+/// A batch: images `[n, channels, h, w]` and their classes `[n]`, as `Stack` makes them from
+/// `(TensorData, i64)` items.
+pub type ImageBatch<B> = (Tensor<B, 4>, Tensor<B, 1, Int>);
+
 /// Adam's learning rate (constant).
 pub const LR: f64 = 1e-3;
 
 impl<B: Backend> ResNet<B> {
     /// Loss and accuracy of one batch, and its size.
-    fn evaluate(&self, batch: ImageBatch<B>) -> (Tensor<B, 1>, Tensor<B, 1>, usize) {
-        let n = batch.labels.dims()[0];
-        let (loss, accuracy) = loss_and_accuracy(self.forward(batch.images), batch.labels);
+    fn evaluate(&self, (images, labels): ImageBatch<B>) -> (Tensor<B, 1>, Tensor<B, 1>, usize) {
+        let n = labels.dims()[0];
+        let (loss, accuracy) = loss_and_accuracy(self.forward(images), labels);
         (loss, accuracy, n)
     }
 }

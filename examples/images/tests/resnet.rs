@@ -7,9 +7,9 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use convnet::images::{GeneratedImages, ImageBatch, ImageBatcher, ImagesConfig};
-use convnet::resnet::{ResNet, ResNetConfig};
 use ember::{Plan, Precision, Trainer, TrainerOptions};
+use images::generated::{GeneratedImages, ImageBatcher, ImagesConfig};
+use images::model::{ImageBatch, ResNet, ResNetConfig};
 
 type B = Autodiff<Flex>;
 
@@ -48,7 +48,7 @@ fn fit(epochs: u64) -> (f64, Vec<f32>) {
         .expect("the fit runs");
     let (_, val) = images.generate();
     let batch: ImageBatch<Flex> = ImageBatcher.batch(val, &FlexDevice);
-    let logits = out.model.valid().forward(batch.images).into_data();
+    let logits = out.model.valid().forward(batch.0).into_data();
     (out.metrics["val_acc"], logits.to_vec().unwrap())
 }
 

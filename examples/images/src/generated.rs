@@ -9,6 +9,8 @@ use burn::data::dataset::InMemDataset;
 use burn::prelude::*;
 use ember::prelude::*;
 
+use crate::model::ImageBatch;
+
 /// Channels of every image.
 pub const CHANNELS: usize = 3;
 
@@ -51,15 +53,6 @@ pub struct ImageItem {
     pub label: u8,
 }
 
-/// A batch: images `[n, 3, side, side]` and labels `[n]`.
-#[derive(Debug, Clone)]
-pub struct ImageBatch<B: Backend> {
-    /// Pixels.
-    pub images: Tensor<B, 4>,
-    /// Labels.
-    pub labels: Tensor<B, 1, Int>,
-}
-
 /// Stacks [`ImageItem`]s (square, 3 channels) into an [`ImageBatch`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ImageBatcher;
@@ -71,10 +64,10 @@ impl<B: Backend> Batcher<B, ImageItem, ImageBatch<B>> for ImageBatcher {
         let n = items.len();
         let pixels: Vec<f32> = items.iter().flat_map(|item| item.pixels.clone()).collect();
         let labels: Vec<i64> = items.iter().map(|item| i64::from(item.label)).collect();
-        ImageBatch {
-            images: Tensor::from_data(TensorData::new(pixels, [n, CHANNELS, side, side]), device),
-            labels: Tensor::from_data(TensorData::new(labels, [n]), device),
-        }
+        (
+            Tensor::from_data(TensorData::new(pixels, [n, CHANNELS, side, side]), device),
+            Tensor::from_data(TensorData::new(labels, [n]), device),
+        )
     }
 }
 
