@@ -118,6 +118,12 @@ if [ "${1:-}" = "--torch" ]; then
         echo "setup: installing tensorboard, safetensors and numpy into $venv (pip)"
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check tensorboard safetensors numpy
     fi
+    # torchvision's ImageFolder and transforms, for `cargo xtask bench data`: the release that
+    # goes with torch 2.9.0 (scripts/torch-pins.txt), so pip adds it and leaves torch alone.
+    if ! "$venv/bin/python" -c "import torchvision" 2>/dev/null; then
+        echo "setup: installing torchvision 0.24.0 into $venv (pip)"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check torchvision==0.24.0
+    fi
 fi
 
 # With --torch too: MLflow (pinned) in a venv of its own, for the MLflow logger's test against a

@@ -310,6 +310,12 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 setup(true) && run_in("cargo", &cargo, &[], &torch_env())
             }
+            Some(&"data") => {
+                // torchvision's side runs in the pinned torch venv (scripts/setup.sh --torch).
+                let mut cargo = vec!["bench", "-p", "images", "--bench", "data", "--"];
+                cargo.extend(&rest[1..]);
+                setup(true) && run_in("cargo", &cargo, &[], &torch_env())
+            }
             Some(&"xla") => {
                 run("bash", &["scripts/setup.sh", "--jax"], &[])
                     && run("cargo", &digits_xla_bench("xla", &rest[1..]), &[])
@@ -336,7 +342,7 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, xla-devices, models, profiler"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, xla-devices, models, data, profiler"
                 );
                 false
             }
