@@ -309,3 +309,24 @@ impl Batcher<B, usize, Tensor<B, 2>> for Shapeless {
         panic!("no shape")
     }
 }
+
+#[test]
+fn each_rank_s_workers_make_only_that_rank_s_share() {
+    let whole = Loader::from_source(Slow(30), 4).shuffled();
+    for rank in 0..3 {
+        let shard = Shard { rank, world: 3 };
+        let alone = all(&whole.clone().sharded(shard), 1, 0..usize::MAX).unwrap();
+        let with_workers = whole.clone().sharded(shard).num_workers(2);
+        assert_eq!(
+            all(&with_workers, 1, 0..usize::MAX).unwrap(),
+            alone,
+            "rank {rank}"
+        );
+        let mine: Vec<usize> = whole.clone().sharded(shard).batch_indices(7, 1).concat();
+        let made: Vec<usize> = alone
+            .iter()
+            .flat_map(|(_, items)| items.iter().map(|x| x.0))
+            .collect();
+        assert_eq!(made, mine, "rank {rank} made another rank's items");
+    }
+}
