@@ -63,8 +63,8 @@ pub use precision::Precision;
 pub use registry::{Registry, RegistryError};
 pub use strategy::StrategyInfo;
 pub use trainer::data::{
-    Batches, DataLoaders, DataModule, DataSource, FromDataModule, Given, ItemKey, Loader,
-    epoch_permutation,
+    ArrayFile, Batches, DataLoaders, DataModule, DataSource, FromDataModule, Given, ItemKey,
+    Loader, epoch_permutation,
 };
 pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};

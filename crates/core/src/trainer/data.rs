@@ -5,6 +5,7 @@
 //! and each item is made knowing the seed, the epoch and its index, so a run is reproducible
 //! whatever the number of workers, and resumes exactly.
 
+mod array_file;
 mod loader;
 mod source;
 #[cfg(test)]
@@ -20,6 +21,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
+pub use array_file::ArrayFile;
 pub use loader::Loader;
 pub(crate) use source::mix64;
 pub use source::{DataSource, ItemKey};
