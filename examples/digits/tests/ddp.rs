@@ -76,6 +76,16 @@ fn weights_of(path: &Path) -> Vec<Vec<f32>> {
 /// Trains `epochs` epochs with `world` ddp ranks on `accelerator`; returns rank 0's final
 /// weights.
 fn ddp_weights(accelerator: &str, world: usize, epochs: usize) -> Vec<Vec<f32>> {
+    ddp_weights_with(accelerator, world, epochs, &[])
+}
+
+/// [`ddp_weights`] with more flags.
+fn ddp_weights_with(
+    accelerator: &str,
+    world: usize,
+    epochs: usize,
+    extra: &[&str],
+) -> Vec<Vec<f32>> {
     let dir = tempfile::tempdir().unwrap();
     let accelerator = format!("--trainer.accelerator={accelerator}");
     let devices = format!("--trainer.devices={world}");
@@ -91,10 +101,25 @@ fn ddp_weights(accelerator: &str, world: usize, epochs: usize) -> Vec<Vec<f32>> 
             "--trainer.seed=42",
             "--trainer.num_sanity_val_steps=0",
             "--trainer.enable_progress_bar=false",
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>(),
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     weights_of(&checkpoint(dir.path()))
+}
+
+#[test]
+fn ddp_ranks_with_data_workers_end_with_the_weights_of_ranks_without() {
+    if !mpirun_available() {
+        return;
+    }
+    let with = ddp_weights_with("cpu", 2, 1, &["--data.num_workers=2"]);
+    assert!(
+        with == ddp_weights("cpu", 2, 1),
+        "each rank's workers made other batches"
+    );
 }
 
 #[test]
@@ -570,7 +595,8 @@ fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (launcher, ranks) = start_long_run(dir.path(), &[]);
+    // With data workers: the signal also stops them, and no thread keeps a rank alive.
+    let (launcher, ranks) = start_long_run(dir.path(), &["--data.num_workers=2"]);
     signal(launcher.id(), "-TERM");
     let (status, stderr) = wait_30s(launcher, "SIGTERM");
     assert!(status.success(), "the launcher exited {status}: {stderr}");
