@@ -27,6 +27,9 @@ pub struct Loader<I> {
     pub num_workers: usize,
     /// Batches each worker makes ahead.
     pub prefetch_factor: usize,
+    /// Leave out of its batch an item that cannot be made (a file that does not decode),
+    /// instead of stopping the run; each pass warns of how many it left out.
+    pub skip_failed_items: bool,
     /// The loader's name in errors (train, val, ...).
     name: String,
     /// The worker threads, started by the first pass that needs them; a clone starts its own.
@@ -43,6 +46,7 @@ impl<I> Clone for Loader<I> {
             shard: self.shard,
             num_workers: self.num_workers,
             prefetch_factor: self.prefetch_factor,
+            skip_failed_items: self.skip_failed_items,
             name: self.name.clone(),
             pool: Mutex::new(None),
         }
@@ -67,6 +71,7 @@ impl<I> Loader<I> {
             shard: Shard::WHOLE,
             num_workers: 0,
             prefetch_factor: 2,
+            skip_failed_items: false,
             name: "data".into(),
             pool: Mutex::new(None),
         }
@@ -92,6 +97,7 @@ impl<I> Loader<I> {
         (mapped.shuffle, mapped.drop_last, mapped.shard) =
             (self.shuffle, self.drop_last, self.shard);
         (mapped.num_workers, mapped.prefetch_factor) = (self.num_workers, self.prefetch_factor);
+        mapped.skip_failed_items = self.skip_failed_items;
         mapped.name = self.name.clone();
         mapped
     }
@@ -100,6 +106,14 @@ impl<I> Loader<I> {
     /// batches are the same for any number.
     pub fn num_workers(mut self, workers: usize) -> Self {
         self.num_workers = workers;
+        self
+    }
+
+    /// Leaves out of its batch an item that cannot be made, instead of stopping the run: the
+    /// batch is smaller, and each pass warns of how many items it left out and why the first
+    /// was (a batch none of whose items can be made still stops the run).
+    pub fn skip_failed_items(mut self) -> Self {
+        self.skip_failed_items = true;
         self
     }
 
@@ -247,6 +261,8 @@ impl<I> Loader<I> {
             pass: 0,
             submitted: 0,
             taken: 0,
+            skip: self.skip_failed_items,
+            skipped: Vec::new(),
         };
         Ok(pass.started())
     }

@@ -330,3 +330,42 @@ fn each_rank_s_workers_make_only_that_rank_s_share() {
         assert_eq!(made, mine, "rank {rank} made another rank's items");
     }
 }
+
+#[test]
+fn a_loader_told_to_skip_leaves_failed_items_out_and_counts_them() {
+    for workers in [0, 2] {
+        let l = Loader::from_source(
+            Failing {
+                at: 13,
+                panics: workers == 2,
+            },
+            4,
+        )
+        .num_workers(workers)
+        .skip_failed_items();
+        let mut pass = l.pass(0, 1, 0..usize::MAX).unwrap();
+        let mut sizes = Vec::new();
+        while let Some((_, items)) = pass.next_batch(&Items, &Default::default()).unwrap() {
+            sizes.push(items.len());
+            assert!(!items.contains(&13));
+        }
+        assert_eq!(sizes, [4, 4, 4, 3, 4], "{workers} workers");
+        let (count, first) = pass.skipped();
+        assert_eq!(count, 1);
+        assert!(
+            first.is_some_and(|f| f.starts_with("making item 13: ")),
+            "{first:?}"
+        );
+    }
+    // A batch of nothing but failures still stops the run.
+    let l = Loader::from_source(
+        Failing {
+            at: 0,
+            panics: false,
+        },
+        1,
+    )
+    .skip_failed_items();
+    let err = format!("{:#}", all(&l, 0, 0..usize::MAX).unwrap_err());
+    assert!(err.contains("no item of the batch could be made"), "{err}");
+}

@@ -17,22 +17,35 @@ use burn::tensor::backend::Backend;
 use super::making_batch;
 use super::source::{DataSource, ItemKey};
 
-/// The items at `indices`, made with `seed` and `epoch`; an item whose making fails or panics
-/// is an error naming its index.
+/// The items at `indices`, made with `seed` and `epoch`, and what was said of each item that
+/// could not be made and was left out (`skip`); without `skip`, such an item is an error naming
+/// its index. A batch none of whose items could be made is an error either way.
 fn make_items<I>(
     source: &dyn DataSource<I>,
-    seed: u64,
-    epoch: u64,
+    (seed, epoch): (u64, u64),
     indices: &[usize],
-) -> anyhow::Result<Vec<I>> {
-    (indices.iter())
-        .map(|&index| {
-            let key = ItemKey { seed, epoch, index };
-            let made = catch_unwind(AssertUnwindSafe(|| source.get(key)))
-                .unwrap_or_else(|panic| Err(anyhow!("panicked: {}", panic_message(&*panic))));
-            made.with_context(|| format!("making item {index}"))
-        })
-        .collect()
+    skip: bool,
+) -> anyhow::Result<(Vec<I>, Vec<String>)> {
+    let mut items = Vec::with_capacity(indices.len());
+    let mut skipped = Vec::new();
+    for &index in indices {
+        let key = ItemKey { seed, epoch, index };
+        let made = catch_unwind(AssertUnwindSafe(|| source.get(key)))
+            .unwrap_or_else(|panic| Err(anyhow!("panicked: {}", panic_message(&*panic))))
+            .with_context(|| format!("making item {index}"));
+        match made {
+            Ok(item) => items.push(item),
+            Err(e) if skip => skipped.push(format!("{e:#}")),
+            Err(e) => return Err(e),
+        }
+    }
+    if items.is_empty() && !skipped.is_empty() {
+        anyhow::bail!(
+            "no item of the batch could be made; the first: {}",
+            skipped[0]
+        );
+    }
+    Ok((items, skipped))
 }
 
 /// What a panic said, when it said it with a string.
@@ -48,12 +61,13 @@ struct Job {
     seed: u64,
     epoch: u64,
     indices: Vec<usize>,
+    skip: bool,
 }
 
 /// A worker's answer to a [`Job`].
 struct Made<I> {
     pass: u64,
-    items: anyhow::Result<Vec<I>>,
+    items: anyhow::Result<(Vec<I>, Vec<String>)>,
 }
 
 /// One worker thread and its two queues.
@@ -91,7 +105,8 @@ impl<I: Send + 'static> Pool<I> {
                             if job.pass != current.load(Ordering::Acquire) {
                                 continue;
                             }
-                            let items = make_items(&*source, job.seed, job.epoch, &job.indices);
+                            let (at, indices) = ((job.seed, job.epoch), &job.indices);
+                            let items = make_items(&*source, at, indices, job.skip);
                             if out
                                 .send(Made {
                                     pass: job.pass,
@@ -147,6 +162,10 @@ pub struct Batches<'a, I> {
     pub(super) pass: u64,
     pub(super) submitted: usize,
     pub(super) taken: usize,
+    /// Leave out items that cannot be made (counted, and warned of when the pass ends).
+    pub(super) skip: bool,
+    /// What was said of the items left out so far.
+    pub(super) skipped: Vec<String>,
 }
 
 impl<I> Batches<'_, I> {
@@ -174,6 +193,7 @@ impl<I> Batches<'_, I> {
                 seed: self.seed,
                 epoch: self.epoch,
                 indices: self.batches[k].clone(),
+                skip: self.skip,
             };
             // A worker that is gone is reported when its batch is taken.
             let _ = pool.workers[k % n].jobs.as_ref().map(|jobs| jobs.send(job));
@@ -191,8 +211,11 @@ impl<I> Batches<'_, I> {
         self.submit_ahead();
         let batch_idx = self.first + k;
         let Some(pool) = self.pool() else {
-            let items = make_items(self.source, self.seed, self.epoch, &self.batches[k]);
-            return (items.map(Some)).with_context(|| self.failed(batch_idx));
+            let at = (self.seed, self.epoch);
+            let made = make_items(self.source, at, &self.batches[k], self.skip);
+            let (items, skipped) = made.with_context(|| self.failed(batch_idx))?;
+            self.skipped.extend(skipped);
+            return Ok(Some(items));
         };
         let worker = k % pool.workers.len();
         loop {
@@ -203,12 +226,18 @@ impl<I> Batches<'_, I> {
                 )
             })?;
             if made.pass == self.pass {
-                let items = made.items.with_context(|| {
+                let (items, skipped) = made.items.with_context(|| {
                     format!("{} (on data worker {worker})", self.failed(batch_idx))
                 })?;
+                self.skipped.extend(skipped);
                 return Ok(Some(items));
             }
         }
+    }
+
+    /// How many items this pass has left out, and what was said of the first.
+    pub fn skipped(&self) -> (usize, Option<&str>) {
+        (self.skipped.len(), self.skipped.first().map(String::as_str))
     }
 
     fn failed(&self, batch_idx: usize) -> String {
@@ -246,6 +275,15 @@ impl<I> Batches<'_, I> {
 
 impl<I> Drop for Batches<'_, I> {
     fn drop(&mut self) {
+        if let Some(first) = self.skipped.first() {
+            tracing::warn!(
+                target: "ember",
+                "the {} loader left out {} item(s) of epoch {} that could not be made; the first: {first}",
+                self.name,
+                self.skipped.len(),
+                self.epoch
+            );
+        }
         // The workers skip what is still queued for this pass.
         if let Some(pool) = self.pool() {
             pool.current.fetch_add(1, Ordering::AcqRel);
