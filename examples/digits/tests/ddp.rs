@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -62,7 +63,19 @@ fn checkpoint(dir: &Path) -> PathBuf {
     files.pop().unwrap()
 }
 
+/// burn-flex's generator is one per process. The by-hand reference seeds it and draws its
+/// initial weights as training first reads them, while other tests build models to load their
+/// checkpoints into: each holds this while it uses burn-flex in this process.
+static FLEX_IN_THIS_PROCESS: Mutex<()> = Mutex::new(());
+
+fn flex_in_this_process() -> MutexGuard<'static, ()> {
+    FLEX_IN_THIS_PROCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
 fn weights_of(path: &Path) -> Vec<Vec<f32>> {
+    let _flex = flex_in_this_process();
     let bytes = std::fs::read(path).unwrap();
     let device = FlexDevice;
     let model = DigitsModel::<Flex>::new(&ModelConfig::default(), &device);
@@ -129,6 +142,7 @@ fn ddp_gives_the_weights_of_one_rank_accumulating_the_shards() {
     }
     let epochs = 2;
     let reference = |world| {
+        let _flex = flex_in_this_process();
         let model = train_shards_by_hand::<B>(
             &FlexDevice,
             &ModelConfig::default(),
