@@ -110,27 +110,22 @@ fn drive(rounds: usize) -> anyhow::Result<()> {
     let me = std::env::current_exe()?;
     let python = python("data")?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/loader.py");
-    let names = [
-        "ember w0",
-        "ember w1",
-        "ember w2",
-        "torchvision w0",
-        "torchvision w2",
+    let script = script.to_str().unwrap_or_default();
+    // (name, program, its first argument, workers)
+    let contenders = [
+        ("ember w0", me.as_path(), "loader", "0"),
+        ("ember w1", me.as_path(), "loader", "1"),
+        ("ember w2", me.as_path(), "loader", "2"),
+        ("torchvision w0", python.as_path(), script, "0"),
+        ("torchvision w2", python.as_path(), script, "2"),
     ];
-    let mut best = vec![0f64; names.len()];
+    let mut best = vec![0f64; contenders.len()];
     for round in 0..rounds {
         let mut line = format!("round {round}:");
-        for (k, name) in names.iter().enumerate() {
-            let workers = &name[name.len() - 1..];
-            let mut command = match name.starts_with("ember") {
-                true => Command::new(&me),
-                false => Command::new(&python),
-            };
-            match name.starts_with("ember") {
-                true => command.arg("loader"),
-                false => command.arg(&script),
-            };
-            command.arg(root).arg(workers).env("RAYON_NUM_THREADS", "2");
+        for (k, &(name, program, first, workers)) in contenders.iter().enumerate() {
+            let mut command = Command::new(program);
+            command.arg(first).arg(root).arg(workers);
+            command.env("RAYON_NUM_THREADS", "2");
             let per_s = contender(name, command)?;
             best[k] = best[k].max(per_s);
             line += &format!(" {name} {per_s:.0}/s,");

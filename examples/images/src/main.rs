@@ -8,15 +8,24 @@ use images::prepare::{TRAIN_IMAGES, VAL_IMAGES, prepare};
 
 /// `images prepare DIR [TRAIN VAL]`: exit 2 on bad arguments, 1 when writing fails.
 fn prepare_command(args: &[String]) -> ExitCode {
-    let count = |at: usize, default: usize| match args.get(at) {
-        None => Some(default),
-        Some(text) => text.parse().ok(),
-    };
-    let (Some(dir), Some(train), Some(val)) =
-        (args.first(), count(1, TRAIN_IMAGES), count(2, VAL_IMAGES))
-    else {
-        eprintln!("usage: images prepare DIR [TRAIN VAL] (counts of images, integers)");
+    let Some(dir) = args.first() else {
+        eprintln!("usage: images prepare DIR [TRAIN VAL]");
         return ExitCode::from(2);
+    };
+    let count = |at: usize, name: &str, default: usize| match args.get(at) {
+        None => Ok(default),
+        Some(text) => text.parse().map_err(|_| {
+            format!(
+                "images prepare: {name} is `{text}`; it takes a count of images (an integer ≥ 0)"
+            )
+        }),
+    };
+    let (train, val) = match (count(1, "TRAIN", TRAIN_IMAGES), count(2, "VAL", VAL_IMAGES)) {
+        (Ok(train), Ok(val)) => (train, val),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
     match prepare(&PathBuf::from(dir), train, val) {
         Ok(()) => {

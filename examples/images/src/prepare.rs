@@ -64,11 +64,7 @@ fn write_set(dir: &Path, digits: &[DigitItem], count: usize, seed: u64) -> anyho
         let class_dir = dir.join(digit.label.to_string());
         std::fs::create_dir_all(&class_dir)
             .with_context(|| format!("creating {}", class_dir.display()))?;
-        let path = class_dir.join(format!("{k:05}.png"));
-        let side = SIDE_OUT as u32;
-        let rgb = image::RgbImage::from_raw(side, side, image.pixels).context("an RGB image")?;
-        rgb.save(&path)
-            .with_context(|| format!("writing {}", path.display()))?;
+        image.save(class_dir.join(format!("{k:05}.png")))?;
     }
     Ok(())
 }

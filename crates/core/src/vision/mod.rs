@@ -138,24 +138,29 @@ impl Image {
             return Ok(self);
         }
         let (w, h, c) = (self.width as u32, self.height as u32, self.channels);
-        let filter = image::imageops::FilterType::Triangle;
         let (nw, nh) = (width as u32, height as u32);
         let pixels = match c {
-            1 => {
-                let img = image::GrayImage::from_raw(w, h, self.pixels).context("a gray image")?;
-                image::imageops::resize(&img, nw, nh, filter).into_raw()
-            }
-            3 => {
-                let img = image::RgbImage::from_raw(w, h, self.pixels).context("an RGB image")?;
-                image::imageops::resize(&img, nw, nh, filter).into_raw()
-            }
-            4 => {
-                let img = image::RgbaImage::from_raw(w, h, self.pixels).context("an RGBA image")?;
-                image::imageops::resize(&img, nw, nh, filter).into_raw()
-            }
+            1 => resample::<image::Luma<u8>>((w, h), self.pixels, (nw, nh))?,
+            3 => resample::<image::Rgb<u8>>((w, h), self.pixels, (nw, nh))?,
+            4 => resample::<image::Rgba<u8>>((w, h), self.pixels, (nw, nh))?,
             _ => anyhow::bail!("resizing an image of {c} channels (1, 3 or 4 can be resized)"),
         };
         Self::new(width, height, c, pixels)
+    }
+
+    /// Writes this image to `path` in the format its extension names (PNG, JPEG); 1, 3 or 4
+    /// channels.
+    pub fn save(&self, path: impl AsRef<Path>) -> anyhow::Result<()> {
+        let path = path.as_ref();
+        let colour = match self.channels {
+            1 => image::ColorType::L8,
+            3 => image::ColorType::Rgb8,
+            4 => image::ColorType::Rgba8,
+            c => anyhow::bail!("saving an image of {c} channels (1, 3 or 4 can be saved)"),
+        };
+        let (w, h) = (self.width as u32, self.height as u32);
+        image::save_buffer(path, &self.pixels, w, h, colour)
+            .with_context(|| format!("writing {}", path.display()))
     }
 
     /// The pixels as floats in [0, 1], channels first: `[channels, height, width]` (torchvision's
@@ -170,6 +175,18 @@ impl Image {
         }
         TensorData::new(values, [c, self.height, self.width])
     }
+}
+
+/// `pixels` of a `w × h` image of pixel type `P`, resampled to `nw × nh` with a triangle filter.
+fn resample<P: image::Pixel<Subpixel = u8> + 'static>(
+    (w, h): (u32, u32),
+    pixels: Vec<u8>,
+    (nw, nh): (u32, u32),
+) -> anyhow::Result<Vec<u8>> {
+    let img = image::ImageBuffer::<P, Vec<u8>>::from_raw(w, h, pixels)
+        .context("an image's pixels for its size")?;
+    let filter = image::imageops::FilterType::Triangle;
+    Ok(image::imageops::resize(&img, nw, nh, filter).into_raw())
 }
 
 #[cfg(test)]

@@ -129,13 +129,6 @@ fn normalize_works_per_channel_and_transforms_chain() {
     assert_eq!(double.then(double).apply(3, &mut rng(0)).unwrap(), 12);
 }
 
-/// Writes `image` as a PNG at `path`.
-fn save(image: &Image, path: &std::path::Path) {
-    let (w, h) = (image.width as u32, image.height as u32);
-    let rgb = ::image::RgbImage::from_raw(w, h, image.pixels.clone()).unwrap();
-    rgb.save(path).unwrap();
-}
-
 #[test]
 fn an_image_folder_lists_classes_in_order_and_names_a_file_that_does_not_decode() {
     let dir = tempfile::tempdir().unwrap();
@@ -143,9 +136,10 @@ fn an_image_folder_lists_classes_in_order_and_names_a_file_that_does_not_decode(
     for class in ["dog", "cat", "empty"] {
         std::fs::create_dir(root.join(class)).unwrap();
     }
-    save(&ramp(4, 3), &root.join("dog/b.png"));
-    save(&ramp(2, 2), &root.join("dog/a.PNG"));
-    save(&ramp(3, 3), &root.join("cat/x.png"));
+    ramp(4, 3).save(root.join("dog/b.png")).unwrap();
+    ramp(2, 2).save(root.join("dog/a.png")).unwrap();
+    std::fs::rename(root.join("dog/a.png"), root.join("dog/a.PNG")).unwrap();
+    ramp(3, 3).save(root.join("cat/x.png")).unwrap();
     std::fs::write(root.join("cat/notes.txt"), "not an image").unwrap();
     std::fs::write(root.join("cat/y.jpg"), "not a jpeg either").unwrap();
     let folder = ImageFolder::open(root).unwrap();

@@ -38,18 +38,7 @@ pub struct Loader<I> {
 
 impl<I> Clone for Loader<I> {
     fn clone(&self) -> Self {
-        Self {
-            dataset: Arc::clone(&self.dataset),
-            batch_size: self.batch_size,
-            shuffle: self.shuffle,
-            drop_last: self.drop_last,
-            shard: self.shard,
-            num_workers: self.num_workers,
-            prefetch_factor: self.prefetch_factor,
-            skip_failed_items: self.skip_failed_items,
-            name: self.name.clone(),
-            pool: Mutex::new(None),
-        }
+        self.with_source(Arc::clone(&self.dataset))
     }
 }
 
@@ -87,19 +76,26 @@ impl<I> Loader<I> {
     where
         I: 'static,
     {
-        let mut mapped = Loader::from_source(
-            Mapped {
-                source: Arc::clone(&self.dataset),
-                map,
-            },
-            self.batch_size,
-        );
-        (mapped.shuffle, mapped.drop_last, mapped.shard) =
-            (self.shuffle, self.drop_last, self.shard);
-        (mapped.num_workers, mapped.prefetch_factor) = (self.num_workers, self.prefetch_factor);
-        mapped.skip_failed_items = self.skip_failed_items;
-        mapped.name = self.name.clone();
-        mapped
+        self.with_source(Arc::new(Mapped {
+            source: Arc::clone(&self.dataset),
+            map,
+        }))
+    }
+
+    /// A loader of `dataset` with this one's settings (and workers of its own).
+    fn with_source<O>(&self, dataset: Arc<dyn DataSource<O>>) -> Loader<O> {
+        Loader {
+            dataset,
+            batch_size: self.batch_size,
+            shuffle: self.shuffle,
+            drop_last: self.drop_last,
+            shard: self.shard,
+            num_workers: self.num_workers,
+            prefetch_factor: self.prefetch_factor,
+            skip_failed_items: self.skip_failed_items,
+            name: self.name.clone(),
+            pool: Mutex::new(None),
+        }
     }
 
     /// Makes items on `workers` threads ahead of the step (Lightning's `num_workers`); the
@@ -235,19 +231,15 @@ impl<I> Loader<I> {
         batches.truncate(end);
         batches.drain(..first);
         // A second pass while one is running (a loader validating itself) makes its own items.
-        let pool = match self.num_workers {
+        let mut pool = match self.num_workers {
             0 => None,
             _ => self.pool.try_lock().ok(),
         };
-        let pool = match pool {
-            Some(mut slot) => {
-                if slot.is_none() {
-                    *slot = Some(Pool::start(&self.dataset, self.num_workers, &self.name)?);
-                }
-                Some(slot)
-            }
-            None => None,
-        };
+        if let Some(slot) = pool.as_mut()
+            && slot.is_none()
+        {
+            **slot = Some(Pool::start(&self.dataset, self.num_workers, &self.name)?);
+        }
         let ahead = (self.num_workers * self.prefetch_factor).max(1);
         let pass = Batches {
             source: &*self.dataset,
