@@ -53,3 +53,11 @@ pub fn float_bytes<B: Backend, M: Module<B>>(model: &M) -> Vec<Vec<u8>> {
     model.visit(&mut bytes);
     bytes.0
 }
+
+/// burn-flex's generator is one per process: fits (and models built to load checkpoints into)
+/// in tests running side by side would draw their initial weights from it in turn. Tests of one
+/// binary that compare weights hold this while they use burn-flex, so they take turns.
+pub fn flex_generator_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}

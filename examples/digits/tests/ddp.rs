@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -19,6 +18,7 @@ use digits::train::{DataConfig, train_shards_by_hand};
 use ember::trainer::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
 use ember_acceptance::process::{alive_after, ranks_of};
+use ember_acceptance::resume::flex_generator_turn;
 
 type B = Autodiff<Flex>;
 
@@ -63,19 +63,8 @@ fn checkpoint(dir: &Path) -> PathBuf {
     files.pop().unwrap()
 }
 
-/// burn-flex's generator is one per process. The by-hand reference seeds it and draws its
-/// initial weights as training first reads them, while other tests build models to load their
-/// checkpoints into: each holds this while it uses burn-flex in this process.
-static FLEX_IN_THIS_PROCESS: Mutex<()> = Mutex::new(());
-
-fn flex_in_this_process() -> MutexGuard<'static, ()> {
-    FLEX_IN_THIS_PROCESS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
 fn weights_of(path: &Path) -> Vec<Vec<f32>> {
-    let _flex = flex_in_this_process();
+    let _turn = flex_generator_turn();
     let bytes = std::fs::read(path).unwrap();
     let device = FlexDevice;
     let model = DigitsModel::<Flex>::new(&ModelConfig::default(), &device);
@@ -142,7 +131,7 @@ fn ddp_gives_the_weights_of_one_rank_accumulating_the_shards() {
     }
     let epochs = 2;
     let reference = |world| {
-        let _flex = flex_in_this_process();
+        let _turn = flex_generator_turn();
         let model = train_shards_by_hand::<B>(
             &FlexDevice,
             &ModelConfig::default(),

@@ -3,7 +3,6 @@
 //! resumes like the uninterrupted run without them.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
@@ -11,13 +10,9 @@ use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::{Trainer, TrainerOptions};
-use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
+use ember_acceptance::resume::{Losses, RecordLosses, flex_generator_turn, float_bytes};
 
 type B = Autodiff<Flex>;
-
-/// burn-flex's generator (dropout) is one per process: fits in tests running side by side would
-/// draw from it in turn, so this file's fits run one at a time.
-static ONE_FIT_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Two epochs with validation on `workers` data workers: the step losses and the weights.
 fn fit(
@@ -35,7 +30,7 @@ fn fit(
         ckpt_path,
         ..TrainerOptions::default()
     };
-    let _one = ONE_FIT_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = flex_generator_turn();
     let seen = Losses::default();
     let mut trainer = Trainer::<B>::on_device(FlexDevice, options)
         .unwrap()

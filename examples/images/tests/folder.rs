@@ -4,20 +4,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::{Trainer, TrainerOptions};
-use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
+use ember_acceptance::resume::{Losses, RecordLosses, flex_generator_turn, float_bytes};
 use images::data::{DataConfig, FolderData};
 use images::model::{ResNet, ResNetConfig};
 use images::prepare::prepare;
 
 type B = Autodiff<Flex>;
-
-/// burn-flex's generator (weights) is one per process: this file's fits run one at a time.
-static ONE_FIT_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A small folder: 96 training and 32 validation images.
 fn folder() -> tempfile::TempDir {
@@ -33,7 +29,7 @@ fn fit(
     ckpt_path: Option<PathBuf>,
     stop_at: Option<(u64, PathBuf)>,
 ) -> (Vec<(u64, u64)>, Vec<Vec<u8>>) {
-    let _one = ONE_FIT_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = flex_generator_turn();
     let logs = tempfile::tempdir().unwrap();
     let options = TrainerOptions {
         seed: Some(5),
