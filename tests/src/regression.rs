@@ -95,12 +95,14 @@ impl DataModule for Data {
     type Item = Item;
     type Batcher = ItemBatcher;
 
-    fn train_loader(&self) -> Option<Loader<Item>> {
-        Some(Loader::new(InMemDataset::new(items(self.train, 0)), self.batch_size).shuffled())
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<Item>>> {
+        Ok(Some(
+            Loader::new(InMemDataset::new(items(self.train, 0)), self.batch_size).shuffled(),
+        ))
     }
-    fn val_loader(&self) -> Option<Loader<Item>> {
-        (self.val > 0)
-            .then(|| Loader::new(InMemDataset::new(items(self.val, 10_000)), self.batch_size))
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<Item>>> {
+        Ok((self.val > 0)
+            .then(|| Loader::new(InMemDataset::new(items(self.val, 10_000)), self.batch_size)))
     }
 }
 

@@ -131,15 +131,19 @@ impl DataModule for WideData {
     type Item = Sample;
     type Batcher = WideBatcher;
 
-    fn train_loader(&self) -> Option<Loader<Sample>> {
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<Sample>>> {
         let set = samples(&self.config, 0, self.config.samples);
-        Some(Loader::new(InMemDataset::new(set), self.config.batch_size).shuffled())
+        let train = Loader::new(InMemDataset::new(set), self.config.batch_size);
+        Ok(Some(train.shuffled()))
     }
 
-    fn val_loader(&self) -> Option<Loader<Sample>> {
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<Sample>>> {
         let n = self.config.samples / 4;
         let set = samples(&self.config, self.config.samples, n);
-        Some(Loader::new(InMemDataset::new(set), self.config.batch_size))
+        Ok(Some(Loader::new(
+            InMemDataset::new(set),
+            self.config.batch_size,
+        )))
     }
 }
 

@@ -308,12 +308,12 @@ impl ember::DataModule for MadeInSetup {
         Ok(())
     }
 
-    fn train_loader(&self) -> Option<ember::Loader<Item>> {
-        None
+    fn train_loader(&self) -> anyhow::Result<Option<ember::Loader<Item>>> {
+        Ok(None)
     }
 
-    fn predict_loaders(&self) -> Vec<ember::Loader<Item>> {
-        self.0.clone()
+    fn predict_loaders(&self) -> anyhow::Result<Vec<ember::Loader<Item>>> {
+        Ok(self.0.clone())
     }
 }
 

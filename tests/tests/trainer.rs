@@ -344,11 +344,11 @@ struct Unshuffled<'a>(&'a mut Data);
 impl DataModule for Unshuffled<'_> {
     type Item = Item;
     type Batcher = ItemBatcher;
-    fn train_loader(&self) -> Option<Loader<Item>> {
-        self.0.train_loader().map(|mut l| {
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<Item>>> {
+        Ok(self.0.train_loader()?.map(|mut l| {
             l.shuffle = false;
             l
-        })
+        }))
     }
 }
 

@@ -139,7 +139,7 @@ where
     let section = batch_key(hparams, name)?;
     data.setup(Stage::Fit)?;
     let cap = data
-        .train_loader()
+        .train_loader()?
         .map_or(u64::MAX, |loader| loader.dataset.len() as u64);
     let budget = (available_memory()? as f64 * settings.memory_share) as u64;
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -64,7 +64,7 @@ pub use registry::{Registry, RegistryError};
 pub use strategy::StrategyInfo;
 pub use trainer::data::{
     ArrayFile, Batches, DataLoaders, DataModule, DataSource, FromDataModule, Given, ItemKey,
-    Loader, epoch_permutation,
+    Loader, ShardFormat, Shards, TokenWindows, epoch_permutation,
 };
 pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};

@@ -228,20 +228,20 @@ impl DataModule for DigitsData {
         Ok(())
     }
 
-    fn train_loader(&self) -> Option<Loader<DigitItem>> {
-        self.loader(&self.train).map(Loader::shuffled)
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<DigitItem>>> {
+        Ok(self.loader(&self.train).map(Loader::shuffled))
     }
 
-    fn val_loader(&self) -> Option<Loader<DigitItem>> {
-        self.loader(&self.val)
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<DigitItem>>> {
+        Ok(self.loader(&self.val))
     }
 
-    fn test_loader(&self) -> Option<Loader<DigitItem>> {
-        self.loader(&self.val)
+    fn test_loader(&self) -> anyhow::Result<Option<Loader<DigitItem>>> {
+        Ok(self.loader(&self.val))
     }
 
-    fn predict_loader(&self) -> Option<Loader<DigitItem>> {
-        self.loader(&self.val)
+    fn predict_loader(&self) -> anyhow::Result<Option<Loader<DigitItem>>> {
+        Ok(self.loader(&self.val))
     }
 }
 

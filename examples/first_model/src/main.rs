@@ -27,12 +27,14 @@ impl DataModule for PointData {
     type Item = Point;
     type Batcher = Stack;
 
-    fn train_loader(&self) -> Option<Loader<Point>> {
-        Some(Loader::in_memory((0..2000).map(point), self.batch_size).shuffled())
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<Point>>> {
+        let points = Loader::in_memory((0..2000).map(point), self.batch_size);
+        Ok(Some(points.shuffled()))
     }
 
-    fn val_loader(&self) -> Option<Loader<Point>> {
-        Some(Loader::in_memory((2000..2500).map(point), self.batch_size))
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<Point>>> {
+        let points = Loader::in_memory((2000..2500).map(point), self.batch_size);
+        Ok(Some(points))
     }
 }
 

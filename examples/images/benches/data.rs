@@ -29,19 +29,17 @@ use burn_flex::{Flex, FlexDevice};
 use contest::{python, run_contender};
 use ember::Stack;
 use ember::prelude::*;
-use images::data::{DataConfig, FolderData};
+use images::data::FolderData;
 use images::prepare::{TRAIN_IMAGES, VAL_IMAGES, prepare};
 
 /// One epoch of the images example's training loader with `workers` workers: the JSON report.
 fn loader(root: &Path, workers: usize) -> anyhow::Result<String> {
-    let config = DataConfig {
+    let data = FolderData {
         root: root.to_owned(),
         num_workers: workers,
-        ..DataConfig::default()
+        ..FolderData::default()
     };
-    let mut data = FolderData::new(config);
-    data.setup(Stage::Fit)?;
-    let train = data.train_loader().expect("a training loader");
+    let train = data.train_loader()?.expect("a training loader");
     let start = Instant::now();
     let mut pass = train.pass(42, 0, 0..usize::MAX)?;
     let mut samples = 0;

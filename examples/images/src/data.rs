@@ -3,76 +3,53 @@
 //! flip on `--data.num_workers` threads.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
+use burn::prelude::*;
 use burn::tensor::TensorData;
 use ember::prelude::*;
-use ember::vision::{HorizontalFlip, ImageFolder, Normalize, RandomCrop, ToTensor, Transform};
+use ember::vision::{
+    HorizontalFlip, Identity, Image, ImageFolder, Normalize, RandomCrop, ToTensor, Transform,
+};
 use ember::{FlagError, Stack};
-use serde::{Deserialize, Serialize};
 
-/// The `data` section of the config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DataConfig {
+/// The data module, which is the `data` section of the config: each loader lists its folder
+/// when the Trainer asks for it.
+#[derive(Config, Debug, ConfigDefault)]
+pub struct FolderData {
     /// The folder holding `train/<class>/*.png` (and `val/<class>/*.png`).
+    #[config(default = "\"data/images\".into()")]
     pub root: PathBuf,
     /// Images per batch.
+    #[config(default = 128)]
     pub batch_size: usize,
     /// Threads decoding and augmenting images ahead of the step.
+    #[config(default = 0)]
     pub num_workers: usize,
     /// Each channel's mean, subtracted after scaling to [0, 1].
+    #[config(default = "[0.5; 3]")]
     pub mean: [f32; 3],
     /// Each channel's deviation, divided by after the mean.
+    #[config(default = "[0.25; 3]")]
     pub std: [f32; 3],
-}
-
-impl Default for DataConfig {
-    fn default() -> Self {
-        Self {
-            root: PathBuf::from("data/images"),
-            batch_size: 128,
-            num_workers: 0,
-            mean: [0.5; 3],
-            std: [0.25; 3],
-        }
-    }
 }
 
 /// One image as floats `[3, h, w]` and its class.
 pub type Item = (TensorData, i64);
 
-/// The data module: the image folders `setup` finds under the config's root.
-#[derive(Default, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct FolderData {
-    config: DataConfig,
-    #[serde(skip)]
-    folders: Option<(Arc<ImageFolder>, Option<Arc<ImageFolder>>)>,
-}
-
 impl FolderData {
-    /// A data module for this config (the folders are listed in `setup`).
-    pub fn new(config: DataConfig) -> Self {
-        Self {
-            config,
-            folders: None,
-        }
-    }
-
-    /// A loader over `folder` whose images pass through `augment`.
-    fn loader(
-        &self,
-        folder: &Arc<ImageFolder>,
-        augment: impl Transform<ember::vision::Image, Output = TensorData> + 'static,
-    ) -> Loader<Item> {
-        Loader::from_source(Arc::clone(folder), self.config.batch_size)
-            .map(move |(image, class), key| Ok((augment.apply(image, &mut key.rng())?, class)))
-            .num_workers(self.config.num_workers)
-    }
-
-    fn normalize(&self) -> Normalize {
-        Normalize::new(self.config.mean, self.config.std)
+    /// A loader over the images under `root/split`, each passed through `augment`, then made
+    /// floats and normalised.
+    fn loader<T>(&self, split: &str, augment: T) -> anyhow::Result<Loader<Item>>
+    where
+        T: Transform<Image, Output = Image> + 'static,
+    {
+        let transform = augment
+            .then(ToTensor)
+            .then(Normalize::new(self.mean, self.std));
+        let folder = ImageFolder::open(self.root.join(split))?;
+        Ok(Loader::from_source(folder, self.batch_size)
+            .map(move |(image, class), key| Ok((transform.apply(image, &mut key.rng())?, class)))
+            .num_workers(self.num_workers))
     }
 }
 
@@ -80,41 +57,26 @@ impl DataModule for FolderData {
     type Item = Item;
     type Batcher = Stack;
 
-    fn setup(&mut self, _stage: Stage) -> anyhow::Result<()> {
-        if self.folders.is_some() {
-            return Ok(());
-        }
-        let root = &self.config.root;
-        if !root.join("train").is_dir() {
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<Item>>> {
+        if !self.root.join("train").is_dir() {
             let allowed =
                 "a folder holding train/<class>/ image folders (`images prepare DIR` writes one)";
-            return Err(FlagError::new("--data.root", root.display().to_string(), allowed).into());
+            let root = self.root.display().to_string();
+            return Err(FlagError::new("--data.root", root, allowed).into());
         }
-        if self.config.batch_size == 0 {
+        if self.batch_size == 0 {
             return Err(FlagError::new("--data.batch_size", "0", "an integer > 0").into());
         }
-        let train = Arc::new(ImageFolder::open(root.join("train"))?);
-        let val = root.join("val");
-        let val = match val.is_dir() {
-            true => Some(Arc::new(ImageFolder::open(val)?)),
-            false => None,
-        };
-        self.folders = Some((train, val));
-        Ok(())
-    }
-
-    fn train_loader(&self) -> Option<Loader<Item>> {
-        let (train, _) = self.folders.as_ref()?;
         let augment = RandomCrop::new(32)
             .padding(4)
-            .then(HorizontalFlip::new(0.5))
-            .then(ToTensor)
-            .then(self.normalize());
-        Some(self.loader(train, augment).shuffled())
+            .then(HorizontalFlip::new(0.5));
+        Ok(Some(self.loader("train", augment)?.shuffled()))
     }
 
-    fn val_loader(&self) -> Option<Loader<Item>> {
-        let (_, val) = self.folders.as_ref()?;
-        Some(self.loader(val.as_ref()?, ToTensor.then(self.normalize())))
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<Item>>> {
+        match self.root.join("val").is_dir() {
+            true => Ok(Some(self.loader("val", Identity)?)),
+            false => Ok(None),
+        }
     }
 }

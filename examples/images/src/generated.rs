@@ -147,19 +147,19 @@ impl DataModule for GeneratedImages {
         Ok(())
     }
 
-    fn train_loader(&self) -> Option<Loader<ImageItem>> {
-        self.loader(&self.train).map(Loader::shuffled)
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<ImageItem>>> {
+        Ok(self.loader(&self.train).map(Loader::shuffled))
     }
 
-    fn val_loader(&self) -> Option<Loader<ImageItem>> {
-        self.loader(&self.val)
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<ImageItem>>> {
+        Ok(self.loader(&self.val))
     }
 
-    fn test_loader(&self) -> Option<Loader<ImageItem>> {
-        self.loader(&self.val)
+    fn test_loader(&self) -> anyhow::Result<Option<Loader<ImageItem>>> {
+        Ok(self.loader(&self.val))
     }
 
-    fn predict_loader(&self) -> Option<Loader<ImageItem>> {
-        self.loader(&self.val)
+    fn predict_loader(&self) -> anyhow::Result<Option<Loader<ImageItem>>> {
+        Ok(self.loader(&self.val))
     }
 }

@@ -9,7 +9,7 @@ use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::{Trainer, TrainerOptions};
 use ember_acceptance::resume::{Losses, RecordLosses, flex_generator_turn, float_bytes};
-use images::data::{DataConfig, FolderData};
+use images::data::FolderData;
 use images::model::{ResNet, ResNetConfig};
 use images::prepare::prepare;
 
@@ -52,13 +52,13 @@ fn fit(
         ..ResNetConfig::default()
     };
     let model = ResNet::<B>::new(&config, trainer.device());
-    let data = DataConfig {
+    let mut data = FolderData {
         root: root.to_owned(),
         batch_size: 16,
         num_workers: workers,
-        ..DataConfig::default()
+        ..FolderData::default()
     };
-    let out = trainer.fit(model, &mut FolderData::new(data)).unwrap();
+    let out = trainer.fit(model, &mut data).unwrap();
     let losses = seen.borrow().clone();
     (losses, float_bytes(&out.model))
 }

@@ -191,22 +191,23 @@ impl DataModule for CorpusData {
         Ok(())
     }
 
-    fn train_loader(&self) -> Option<Loader<Window>> {
-        let set = Arc::clone(self.train.as_ref()?);
-        Some(Loader::new(set, self.config.batch_size).shuffled())
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<Window>>> {
+        let loader = |set: &Arc<_>| Loader::new(Arc::clone(set), self.config.batch_size);
+        Ok(self.train.as_ref().map(|set| loader(set).shuffled()))
     }
 
-    fn val_loader(&self) -> Option<Loader<Window>> {
-        let set = Arc::clone(self.val.as_ref()?);
-        let all = set.len();
-        Some(Loader::new(set, all))
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<Window>>> {
+        Ok(self
+            .val
+            .as_ref()
+            .map(|set| Loader::new(Arc::clone(set), set.len())))
     }
 
-    fn test_loader(&self) -> Option<Loader<Window>> {
+    fn test_loader(&self) -> anyhow::Result<Option<Loader<Window>>> {
         self.val_loader()
     }
 
-    fn predict_loader(&self) -> Option<Loader<Window>> {
+    fn predict_loader(&self) -> anyhow::Result<Option<Loader<Window>>> {
         // A prompt's tokens plus one (the batcher's inputs drop a window's last token).
         let prompts: Vec<Window> = self
             .config
@@ -214,7 +215,7 @@ impl DataModule for CorpusData {
             .iter()
             .map(|p| Window(encode(p).into_iter().chain([0]).collect()))
             .collect();
-        Some(Loader::new(InMemDataset::new(prompts), 1))
+        Ok(Some(Loader::new(InMemDataset::new(prompts), 1)))
     }
 }
 

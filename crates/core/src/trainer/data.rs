@@ -7,7 +7,11 @@
 
 mod array_file;
 mod loader;
+mod shards;
+#[cfg(test)]
+mod shards_tests;
 mod source;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod workers;
@@ -23,6 +27,7 @@ use rand::seq::SliceRandom;
 
 pub use array_file::ArrayFile;
 pub use loader::Loader;
+pub use shards::{ShardFormat, Shards, TokenWindows};
 pub(crate) use source::mix64;
 pub use source::{DataSource, ItemKey};
 pub use workers::Batches;
@@ -66,47 +71,49 @@ pub trait DataModule {
     /// implements [`FromDataModule`] for this data module.
     type Batcher: FromDataModule<Self>;
 
-    /// Prepares what `stage` needs (load files, split ...). Called once per Trainer entry point.
+    /// Prepares what `stage` needs (load files, split ...). Called once per Trainer entry point,
+    /// before any loader is asked for.
     fn setup(&mut self, stage: Stage) -> anyhow::Result<()> {
         let _ = stage;
         Ok(())
     }
 
-    /// The training loader.
-    fn train_loader(&self) -> Option<Loader<Self::Item>>;
+    /// The training loader. A data module may build it here from its settings (open a folder,
+    /// map a file): an error ends the entry point with that error as it is.
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<Self::Item>>>;
 
     /// The validation loader.
-    fn val_loader(&self) -> Option<Loader<Self::Item>> {
-        None
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<Self::Item>>> {
+        Ok(None)
     }
 
     /// The test loader.
-    fn test_loader(&self) -> Option<Loader<Self::Item>> {
-        None
+    fn test_loader(&self) -> anyhow::Result<Option<Loader<Self::Item>>> {
+        Ok(None)
     }
 
     /// The predict loader.
-    fn predict_loader(&self) -> Option<Loader<Self::Item>> {
-        None
+    fn predict_loader(&self) -> anyhow::Result<Option<Loader<Self::Item>>> {
+        Ok(None)
     }
 
     /// Every validation loader, in `dataloader_idx` order; by default the one
     /// [`val_loader`](Self::val_loader) gives. A data module with several overrides this one:
     /// each is run in turn, and with more than one the metrics a step logs are named
     /// `NAME/dataloader_idx_N` (see `LogOptions::add_dataloader_idx`).
-    fn val_loaders(&self) -> Vec<Loader<Self::Item>> {
-        self.val_loader().into_iter().collect()
+    fn val_loaders(&self) -> anyhow::Result<Vec<Loader<Self::Item>>> {
+        Ok(self.val_loader()?.into_iter().collect())
     }
 
     /// Every test loader, as [`val_loaders`](Self::val_loaders).
-    fn test_loaders(&self) -> Vec<Loader<Self::Item>> {
-        self.test_loader().into_iter().collect()
+    fn test_loaders(&self) -> anyhow::Result<Vec<Loader<Self::Item>>> {
+        Ok(self.test_loader()?.into_iter().collect())
     }
 
     /// Every predict loader, as [`val_loaders`](Self::val_loaders); `Trainer::predict_each`
     /// returns one list of predictions per loader.
-    fn predict_loaders(&self) -> Vec<Loader<Self::Item>> {
-        self.predict_loader().into_iter().collect()
+    fn predict_loaders(&self) -> anyhow::Result<Vec<Loader<Self::Item>>> {
+        Ok(self.predict_loader()?.into_iter().collect())
     }
 }
 
@@ -188,32 +195,32 @@ impl<I: Send + Sync + 'static, Bt> DataModule for DataLoaders<I, Bt> {
     type Item = I;
     type Batcher = Given<Bt>;
 
-    fn train_loader(&self) -> Option<Loader<I>> {
-        self.train.clone()
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<I>>> {
+        Ok(self.train.clone())
     }
 
-    fn val_loader(&self) -> Option<Loader<I>> {
-        self.val.first().cloned()
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<I>>> {
+        Ok(self.val.first().cloned())
     }
 
-    fn test_loader(&self) -> Option<Loader<I>> {
-        self.test.first().cloned()
+    fn test_loader(&self) -> anyhow::Result<Option<Loader<I>>> {
+        Ok(self.test.first().cloned())
     }
 
-    fn predict_loader(&self) -> Option<Loader<I>> {
-        self.predict.first().cloned()
+    fn predict_loader(&self) -> anyhow::Result<Option<Loader<I>>> {
+        Ok(self.predict.first().cloned())
     }
 
-    fn val_loaders(&self) -> Vec<Loader<I>> {
-        self.val.clone()
+    fn val_loaders(&self) -> anyhow::Result<Vec<Loader<I>>> {
+        Ok(self.val.clone())
     }
 
-    fn test_loaders(&self) -> Vec<Loader<I>> {
-        self.test.clone()
+    fn test_loaders(&self) -> anyhow::Result<Vec<Loader<I>>> {
+        Ok(self.test.clone())
     }
 
-    fn predict_loaders(&self) -> Vec<Loader<I>> {
-        self.predict.clone()
+    fn predict_loaders(&self) -> anyhow::Result<Vec<Loader<I>>> {
+        Ok(self.predict.clone())
     }
 }
 

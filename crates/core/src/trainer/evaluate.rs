@@ -93,7 +93,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         weights::materialize(&model);
         let checked = (|| {
             data.setup(Stage::Predict)?;
-            let loaders = Loader::checked_all(data.predict_loaders(), "predict", Shard::WHOLE)?;
+            let loaders = Loader::checked_all(data.predict_loaders()?, "predict", Shard::WHOLE)?;
             anyhow::ensure!(
                 !loaders.is_empty(),
                 "predict needs data: DataModule::predict_loader returned None"
@@ -152,8 +152,8 @@ impl<B: AutodiffBackend> Trainer<B> {
         let checked = (|| {
             data.setup(stage)?;
             let (loaders, which) = match stage {
-                Stage::Test => (data.test_loaders(), "test"),
-                _ => (data.val_loaders(), "val"),
+                Stage::Test => (data.test_loaders()?, "test"),
+                _ => (data.val_loaders()?, "val"),
             };
             anyhow::ensure!(
                 !loaders.is_empty(),

@@ -409,11 +409,11 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.check_lr_find()?;
         data.setup(Stage::Fit)?;
         let train = data
-            .train_loader()
+            .train_loader()?
             .context("fit needs training data: DataModule::train_loader returned None")?;
         let train = (self.strategy_loaders(vec![train], "train")?.pop())
             .context("one train loader in, one out")?;
-        let val = self.strategy_loaders(data.val_loaders(), "val")?;
+        let val = self.strategy_loaders(data.val_loaders()?, "val")?;
         let val_batches: Vec<usize> = val.iter().map(Loader::num_batches).collect();
         let schedule = FitSchedule::new(&self.options, train.num_batches(), &val_batches)?;
         let resume_from = self.resume_checkpoint()?;

@@ -23,8 +23,8 @@ use burn::tensor::TensorData;
 
 pub use folder::ImageFolder;
 pub use transforms::{
-    CenterCrop, HorizontalFlip, Normalize, RandomCrop, RandomResizedCrop, Resize, ToTensor,
-    Transform,
+    CenterCrop, HorizontalFlip, Identity, Normalize, RandomCrop, RandomResizedCrop, Resize, Then,
+    ToTensor, Transform,
 };
 
 /// An image in memory: `height` rows of `width` pixels of `channels` bytes each (rows first,

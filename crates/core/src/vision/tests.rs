@@ -112,7 +112,9 @@ fn a_random_resized_crop_gives_its_size_from_a_window_inside_the_image() {
 
 #[test]
 fn normalize_works_per_channel_and_transforms_chain() {
-    let chain = ToTensor.then(Normalize::new([0.0, 0.5, 1.0], [1.0, 2.0, 0.5]));
+    let chain = Identity
+        .then(ToTensor)
+        .then(Normalize::new([0.0, 0.5, 1.0], [1.0, 2.0, 0.5]));
     let data = chain.apply(ramp(1, 1), &mut rng(0)).unwrap();
     assert_eq!(
         data.to_vec::<f32>().unwrap(),

@@ -225,6 +225,19 @@ impl Transform<Image> for RandomResizedCrop {
     }
 }
 
+/// The input as it is (torchvision's `Identity`): the start of a chain that adds nothing, where
+/// one is asked for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Identity;
+
+impl<I> Transform<I> for Identity {
+    type Output = I;
+
+    fn apply(&self, input: I, _rng: &mut StdRng) -> anyhow::Result<I> {
+        Ok(input)
+    }
+}
+
 /// The image as floats in [0, 1], channels first (torchvision's `ToTensor`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ToTensor;

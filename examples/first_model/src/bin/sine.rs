@@ -33,12 +33,14 @@ impl DataModule for SineData {
     type Item = Sample;
     type Batcher = Stack;
 
-    fn train_loader(&self) -> Option<Loader<Sample>> {
-        Some(Loader::new(samples(self.samples, 0, 2), self.batch_size).shuffled())
+    fn train_loader(&self) -> anyhow::Result<Option<Loader<Sample>>> {
+        let train = Loader::new(samples(self.samples, 0, 2), self.batch_size);
+        Ok(Some(train.shuffled()))
     }
 
-    fn val_loader(&self) -> Option<Loader<Sample>> {
-        Some(Loader::new(samples(self.samples, 1, 2), self.batch_size))
+    fn val_loader(&self) -> anyhow::Result<Option<Loader<Sample>>> {
+        let val = Loader::new(samples(self.samples, 1, 2), self.batch_size);
+        Ok(Some(val))
     }
 }
 

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use burn::data::dataset::{Dataset, InMemDataset};
 
 use super::epoch_permutation;
+use super::shards::{ShardFormat, Shards};
 use super::source::{DataSource, FromDataset, ItemKey, Mapped};
+use super::stream::{DEFAULT_BUFFER, StreamPlan};
 use super::workers::{Batches, Pool};
 use crate::plugins::shard::Shard;
 
@@ -30,6 +32,8 @@ pub struct Loader<I> {
     /// Leave out of its batch an item that cannot be made (a file that does not decode),
     /// instead of stopping the run; each pass warns of how many it left out.
     pub skip_failed_items: bool,
+    /// The shards' layout, for a loader over [`Shards`] (which reads them in a streaming order).
+    stream: Option<StreamPlan>,
     /// The loader's name in errors (train, val, ...).
     name: String,
     /// The worker threads, started by the first pass that needs them; a clone starts its own.
@@ -61,9 +65,37 @@ impl<I> Loader<I> {
             num_workers: 0,
             prefetch_factor: 2,
             skip_failed_items: false,
+            stream: None,
             name: "data".into(),
             pool: Mutex::new(None),
         }
+    }
+
+    /// A loader over a corpus of shard files, read as a stream: each epoch takes the shards
+    /// one after the other (in a seeded order when [`shuffled`](Self::shuffled), through a
+    /// shuffle buffer of [`shuffle_buffer`](Self::shuffle_buffer) records), and under ddp each
+    /// rank reads an equal run of them. Only the records a batch needs are read, when it is
+    /// made, so the corpus can be far larger than memory; a resumed pass finds its place from
+    /// the batch it stopped at.
+    pub fn from_shards<F: ShardFormat<Record = I>>(shards: Shards<F>, batch_size: usize) -> Self {
+        let stream = StreamPlan {
+            starts: shards.starts(),
+            buffer: DEFAULT_BUFFER,
+        };
+        Self {
+            stream: Some(stream),
+            ..Self::from_source(shards, batch_size)
+        }
+    }
+
+    /// Holds `records` records in the shuffle buffer of a shuffled loader over shards
+    /// (default 1024): each record read goes into the buffer, and a batch takes records from
+    /// it at random. Memory grows with it; so does how far a record can move.
+    pub fn shuffle_buffer(mut self, records: usize) -> Self {
+        if let Some(stream) = self.stream.as_mut() {
+            stream.buffer = records;
+        }
+        self
     }
 
     /// This loader with every item passed through `map` as it is made (on a worker, when
@@ -93,6 +125,7 @@ impl<I> Loader<I> {
             num_workers: self.num_workers,
             prefetch_factor: self.prefetch_factor,
             skip_failed_items: self.skip_failed_items,
+            stream: self.stream.clone(),
             name: self.name.clone(),
             pool: Mutex::new(None),
         }
@@ -195,7 +228,10 @@ impl<I> Loader<I> {
 
     /// Batches per epoch (of this loader's shard).
     pub fn num_batches(&self) -> usize {
-        let n = self.shard.items(self.dataset.len());
+        let n = match &self.stream {
+            Some(stream) => stream.items(self.shard),
+            None => self.shard.items(self.dataset.len()),
+        };
         if self.drop_last {
             n / self.batch_size
         } else {
@@ -205,17 +241,28 @@ impl<I> Loader<I> {
 
     /// The item indices of each batch of `epoch` (of this loader's shard), in order.
     pub fn batch_indices(&self, seed: u64, epoch: u64) -> Vec<Vec<usize>> {
-        let order = if self.shuffle {
-            epoch_permutation(self.dataset.len(), seed, epoch)
-        } else {
-            (0..self.dataset.len()).collect()
+        self.batch_order(seed, epoch).collect()
+    }
+
+    /// The item indices of each batch of `epoch`, made as they are asked for.
+    fn batch_order(&self, seed: u64, epoch: u64) -> Box<dyn Iterator<Item = Vec<usize>> + Send> {
+        let mut items: Box<dyn Iterator<Item = usize> + Send> = match &self.stream {
+            Some(stream) => Box::new(stream.order(self.shuffle, seed, epoch, self.shard)),
+            None => {
+                let len = self.dataset.len();
+                let order = match self.shuffle {
+                    true => epoch_permutation(len, seed, epoch),
+                    false => (0..len).collect(),
+                };
+                Box::new(self.shard.take(&order).into_iter())
+            }
         };
-        self.shard
-            .take(&order)
-            .chunks(self.batch_size)
-            .take(self.num_batches())
-            .map(<[usize]>::to_vec)
-            .collect()
+        let size = self.batch_size;
+        let batches = std::iter::from_fn(move || {
+            let batch: Vec<usize> = items.by_ref().take(size).collect();
+            (!batch.is_empty()).then_some(batch)
+        });
+        Box::new(batches.take(self.num_batches()))
     }
 
     /// The batches `range` of `epoch` (clamped to the epoch), in order: their items made by
@@ -225,11 +272,12 @@ impl<I> Loader<I> {
     where
         I: Send + 'static,
     {
-        let mut batches = self.batch_indices(seed, epoch);
-        let end = range.end.min(batches.len());
+        let mut batches = self.batch_order(seed, epoch);
+        let end = range.end.min(self.num_batches());
         let first = range.start.min(end);
-        batches.truncate(end);
-        batches.drain(..first);
+        for _ in 0..first {
+            batches.next();
+        }
         // A second pass while one is running (a loader validating itself) makes its own items.
         let mut pool = match self.num_workers {
             0 => None,
@@ -249,6 +297,7 @@ impl<I> Loader<I> {
             seed,
             epoch,
             batches,
+            count: end - first,
             first,
             pass: 0,
             submitted: 0,

@@ -155,8 +155,10 @@ pub struct Batches<'a, I> {
     pub(super) ahead: usize,
     pub(super) seed: u64,
     pub(super) epoch: u64,
-    /// The index lists of this pass's batches.
-    pub(super) batches: Vec<Vec<usize>>,
+    /// The index lists of this pass's batches, made as they are handed out.
+    pub(super) batches: Box<dyn Iterator<Item = Vec<usize>> + Send>,
+    /// Batches in this pass.
+    pub(super) count: usize,
     /// The batch index (in the epoch) of `batches[0]`.
     pub(super) first: usize,
     pub(super) pass: u64,
@@ -184,15 +186,17 @@ impl<I> Batches<'_, I> {
 
     /// Hands the workers every batch up to `ahead` past the next one to take.
     fn submit_ahead(&mut self) {
-        let Some(pool) = self.pool() else { return };
-        let until = self.batches.len().min(self.taken + self.ahead);
+        let Some(pool) = self.pool.as_ref().and_then(|guard| guard.as_ref()) else {
+            return;
+        };
+        let until = self.count.min(self.taken + self.ahead);
         let n = pool.workers.len();
         for k in self.submitted..until {
             let job = Job {
                 pass: self.pass,
                 seed: self.seed,
                 epoch: self.epoch,
-                indices: self.batches[k].clone(),
+                indices: self.batches.next().unwrap_or_default(),
                 skip: self.skip,
             };
             // A worker that is gone is reported when its batch is taken.
@@ -204,7 +208,7 @@ impl<I> Batches<'_, I> {
     /// The next batch's items, or `None` after the pass's last batch.
     fn next_items(&mut self) -> anyhow::Result<Option<Vec<I>>> {
         let k = self.taken;
-        if k == self.batches.len() {
+        if k == self.count {
             return Ok(None);
         }
         self.taken += 1;
@@ -212,7 +216,8 @@ impl<I> Batches<'_, I> {
         let batch_idx = self.first + k;
         let Some(pool) = self.pool() else {
             let at = (self.seed, self.epoch);
-            let made = make_items(self.source, at, &self.batches[k], self.skip);
+            let indices = self.batches.next().unwrap_or_default();
+            let made = make_items(self.source, at, &indices, self.skip);
             let (items, skipped) = made.with_context(|| self.failed(batch_idx))?;
             self.skipped.extend(skipped);
             return Ok(Some(items));
