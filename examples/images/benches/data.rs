@@ -10,10 +10,16 @@
 //!    workers: the share of the step spent waiting for data (`data fetch` over `data fetch` +
 //!    `training batch`).
 //!
-//! The last line: `ember/torchvision loader: X.XXx (best workers each); data wait A% of the step
-//! (0 workers B%)`. Streaming shards are not measured (there is no streaming dataset yet).
+//! 3. A fit streaming token shards (data/stream.rs) over a corpus of 64 MiB and one of 256 MiB,
+//!    each in a process of its own: their peak RSS.
 //!
-//! `data loader ROOT WORKERS` is one ember contender (used by the driver).
+//! The last line: `ember/torchvision loader: X.XXx (best workers each); data wait A% of the step
+//! (0 workers B%); streaming peak RSS C MB at 1x, D MB at 4x`.
+//!
+//! `data loader ROOT WORKERS` and `data stream DIR` are ember contenders (used by the driver).
+
+#[path = "data/stream.rs"]
+mod stream;
 
 // Shared with the benches that also time validation (`ValClock`), which this one does not.
 #[allow(dead_code)]
@@ -138,13 +144,35 @@ fn drive(rounds: usize) -> anyhow::Result<()> {
         100.0 * waits_none,
         100.0 * waits_two
     );
+    let (one, four) = (streaming(&me, 4)?, streaming(&me, 16)?);
     println!(
-        "ember/torchvision loader: {:.2}x (best workers each); data wait {:.1}% of the step (0 workers {:.1}%)",
+        "ember/torchvision loader: {:.2}x (best workers each); data wait {:.1}% of the step (0 workers {:.1}%); streaming peak RSS {} MB at 1x, {} MB at 4x",
         ember / torch,
         100.0 * waits_two,
-        100.0 * waits_none
+        100.0 * waits_none,
+        one >> 20,
+        four >> 20
     );
     Ok(())
+}
+
+/// The peak RSS of a fit streaming a corpus of `shards` shards, which it writes first.
+fn streaming(me: &Path, shards: usize) -> anyhow::Result<u64> {
+    let dir = tempfile::tempdir()?;
+    stream::write_corpus(dir.path(), shards)?;
+    let mut command = Command::new(me);
+    command.arg("stream").arg(dir.path());
+    let (report, _, peak_rss) = run_contender("ember stream", command)?;
+    let bytes = stream::corpus_bytes(shards);
+    println!(
+        "streaming fit: corpus {} MiB ({:.1}x its peak RSS), {} windows in {:.1} s, peak RSS {} MB",
+        bytes >> 20,
+        bytes as f64 / peak_rss as f64,
+        report["windows"],
+        report["seconds"].as_f64().unwrap_or_default(),
+        peak_rss >> 20
+    );
+    Ok(peak_rss)
 }
 
 fn main() -> ExitCode {
@@ -158,6 +186,10 @@ fn main() -> ExitCode {
                 loader(Path::new(root), workers).map(|r| println!("{r}"))
             }
             _ => Err(anyhow::anyhow!("usage: data loader ROOT WORKERS")),
+        },
+        Some("stream") => match args.get(1) {
+            Some(dir) => stream::fit(Path::new(dir)).map(|r| println!("{r}")),
+            None => Err(anyhow::anyhow!("usage: data stream DIR")),
         },
         Some(rounds) => match rounds.parse() {
             Ok(rounds) => drive(rounds),

@@ -16,6 +16,8 @@ use burn::data::dataset::{Dataset, InMemDataset};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use ember::{DataModule, FlagError, Loader, Stage};
+
+use crate::shards;
 use serde::{Deserialize, Serialize};
 
 /// Tokens in the vocabulary: newline and the printable ASCII characters.
@@ -23,6 +25,11 @@ pub const VOCAB: usize = 96;
 
 /// The shipped corpus, compiled in so the example runs from any directory.
 static SHIPPED: &str = include_str!("../data/corpus.txt");
+
+/// The shipped corpus's text.
+pub fn shipped() -> &'static str {
+    SHIPPED
+}
 
 /// The token of a character (unknown characters read as `?`).
 pub fn token(c: char) -> u8 {
@@ -52,6 +59,11 @@ pub fn encode(text: &str) -> Vec<u8> {
 pub struct DataConfig {
     /// A UTF-8 text file to train on; the shipped corpus when unset.
     pub path: Option<PathBuf>,
+    /// A folder of token shards to stream instead (`train/*.bin`, `val/*.bin`: little-endian
+    /// `u16` ids); `transformer shards DIR` writes one.
+    pub shards: Option<PathBuf>,
+    /// Threads making batches ahead of the step.
+    pub num_workers: usize,
     /// Windows per training batch.
     pub batch_size: usize,
     /// Tokens the model sees at once.
@@ -66,6 +78,8 @@ impl Default for DataConfig {
     fn default() -> Self {
         Self {
             path: None,
+            shards: None,
+            num_workers: 0,
             batch_size: 32,
             context: 64,
             val_fraction: 0.1,
@@ -75,14 +89,23 @@ impl Default for DataConfig {
 }
 
 impl DataConfig {
-    /// The training and validation windows this config describes.
-    pub fn load(&self) -> anyhow::Result<(Vec<Window>, Vec<Window>)> {
+    /// Refuses a batch size or context of 0, by flag.
+    fn check(&self) -> Result<(), FlagError> {
         for (key, value) in [("batch_size", self.batch_size), ("context", self.context)] {
             if value == 0 {
-                let flag = format!("--data.{key}");
-                return Err(FlagError::new(flag, "0", "an integer > 0").into());
+                return Err(FlagError::new(
+                    format!("--data.{key}"),
+                    "0",
+                    "an integer > 0",
+                ));
             }
         }
+        Ok(())
+    }
+
+    /// The training and validation windows this config describes.
+    pub fn load(&self) -> anyhow::Result<(Vec<Window>, Vec<Window>)> {
+        self.check()?;
         if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {
             let value = self.val_fraction.to_string();
             return Err(FlagError::new("--data.val_fraction", value, "a share in (0, 1)").into());
@@ -153,8 +176,9 @@ impl<B: Backend> Batcher<B, Window, TokenBatch<B>> for TokenBatcher {
     }
 }
 
-/// The corpus as a data module. Validation is one batch of every held-out window, so the
-/// logged `val_loss` is the mean over all of them and `val_ppl` its exponential. `predict`
+/// The corpus as a data module: the text file's (or shipped corpus's) windows, or windows
+/// streamed from token shards. Validation on the text is one batch of every held-out window,
+/// so the logged `val_loss` is the mean over all of them and `val_ppl` its exponential. `predict`
 /// continues each prompt of the config (a window of the prompt's tokens). The `data` section
 /// of the config is its [`DataConfig`]; the windows it loads in `setup` are not part of it.
 #[derive(Default, Serialize, Deserialize)]
@@ -183,7 +207,8 @@ impl DataModule for CorpusData {
     type Batcher = TokenBatcher;
 
     fn setup(&mut self, _stage: Stage) -> anyhow::Result<()> {
-        if self.train.is_none() {
+        self.config.check()?;
+        if self.train.is_none() && self.config.shards.is_none() {
             let (train, val) = self.config.load()?;
             self.train = Some(Arc::new(InMemDataset::new(train)));
             self.val = Some(Arc::new(InMemDataset::new(val)));
@@ -192,15 +217,27 @@ impl DataModule for CorpusData {
     }
 
     fn train_loader(&self) -> anyhow::Result<Option<Loader<Window>>> {
-        let loader = |set: &Arc<_>| Loader::new(Arc::clone(set), self.config.batch_size);
-        Ok(self.train.as_ref().map(|set| loader(set).shuffled()))
+        let config = &self.config;
+        let loader = match (&config.shards, &self.train) {
+            (Some(dir), _) => {
+                shards::loader(&dir.join("train"), config.context, config.batch_size)?
+            }
+            (None, Some(set)) => Loader::new(Arc::clone(set), config.batch_size),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(loader.shuffled().num_workers(config.num_workers)))
     }
 
     fn val_loader(&self) -> anyhow::Result<Option<Loader<Window>>> {
-        Ok(self
-            .val
-            .as_ref()
-            .map(|set| Loader::new(Arc::clone(set), set.len())))
+        let config = &self.config;
+        let loader = match (&config.shards, &self.val) {
+            (Some(dir), _) if dir.join("val").is_dir() => {
+                shards::loader(&dir.join("val"), config.context, config.batch_size)?
+            }
+            (None, Some(set)) => Loader::new(Arc::clone(set), set.len()),
+            _ => return Ok(None),
+        };
+        Ok(Some(loader.num_workers(config.num_workers)))
     }
 
     fn test_loader(&self) -> anyhow::Result<Option<Loader<Window>>> {

@@ -6,6 +6,7 @@
 pub mod data;
 pub mod model;
 pub mod schedule;
+pub mod shards;
 
 use burn::optim::AdamWConfig;
 use burn::prelude::*;

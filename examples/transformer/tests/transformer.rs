@@ -1,6 +1,7 @@
 //! The transformer example end to end: a short fit learns more than the characters'
 //! frequencies, `predict` continues a prompt, a fit stopped mid-epoch resumes bitwise
-//! (ACCEPTANCE 29), and two ddp ranks train.
+//! (ACCEPTANCE 29) from the text and streaming token shards, and two ddp ranks train from
+//! shards.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -9,7 +10,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::{Trainer, TrainerOptions};
-use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
+use ember_acceptance::resume::{Losses, RecordLosses, flex_generator_turn, float_bytes};
 use ember_acceptance::{mpirun_available, reported, run_cpu_only};
 use transformer::{CharLm, CorpusData, DataConfig, LmConfig};
 
@@ -79,15 +80,16 @@ fn small_config() -> (LmConfig, DataConfig) {
     (model, data)
 }
 
-/// 40 steps (dropout on), recording the losses; stopped at `stop_at` with a checkpoint, or
-/// resumed from `ckpt_path`.
+/// 40 steps (dropout on) on `data`, recording the losses; stopped at `stop_at` with a
+/// checkpoint, or resumed from `ckpt_path`.
 fn run<B: AutodiffBackend>(
     device: &B::Device,
-    root: &Path,
+    (root, data): (&Path, &DataConfig),
     ckpt_path: Option<PathBuf>,
     stop_at: Option<(u64, PathBuf)>,
 ) -> (Vec<(u64, u64)>, Vec<Vec<u8>>) {
-    let (model, data) = small_config();
+    let (model, _) = small_config();
+    let data = data.clone();
     let options = TrainerOptions {
         seed: Some(5),
         max_steps: Some(40),
@@ -113,11 +115,13 @@ fn run<B: AutodiffBackend>(
     (losses, float_bytes(&out.model))
 }
 
-#[test]
-fn a_fit_stopped_mid_epoch_resumes_bitwise() {
+/// A fit stopped at step 17 and resumed against one that was not stopped (taking turns with
+/// burn-flex's one generator, which the other tests' fits draw from too).
+fn resumes_bitwise(data: &DataConfig) {
     type B = Autodiff<Flex>;
-    let fit = |root: &Path, ckpt, stop_at| run::<B>(&FlexDevice, root, ckpt, stop_at);
+    let _turn = flex_generator_turn();
     let dir = tempfile::tempdir().unwrap();
+    let fit = |root: &Path, ckpt, stop_at| run::<B>(&FlexDevice, (root, data), ckpt, stop_at);
     let (all, weights) = fit(dir.path(), None, None);
     assert_eq!(all.len(), 40);
     let ckpt = dir.path().join("stopped.ckpt");
@@ -133,12 +137,40 @@ fn a_fit_stopped_mid_epoch_resumes_bitwise() {
 }
 
 #[test]
-fn two_ddp_ranks_train() {
+fn a_fit_stopped_mid_epoch_resumes_bitwise() {
+    resumes_bitwise(&small_config().1);
+}
+
+/// Streamed from shards through the shuffle buffer, on 2 workers: the same fit whether it
+/// stops or not, and the same with no workers.
+#[test]
+fn a_fit_streaming_token_shards_resumes_bitwise_and_does_not_depend_on_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    transformer::shards::write(transformer::data::shipped(), dir.path(), 5, 0.1).unwrap();
+    let data = |num_workers| DataConfig {
+        shards: Some(dir.path().to_owned()),
+        num_workers,
+        ..small_config().1
+    };
+    resumes_bitwise(&data(2));
+    type B = Autodiff<Flex>;
+    let _turn = flex_generator_turn();
+    let root = tempfile::tempdir().unwrap();
+    let fit = |workers| run::<B>(&FlexDevice, (root.path(), &data(workers)), None, None);
+    assert!(fit(0) == fit(2), "0 and 2 workers train differently");
+}
+
+#[test]
+fn two_ddp_ranks_train_streaming_token_shards_on_workers() {
     if !mpirun_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let shards = dir.path().join("shards");
+    transformer::shards::write(transformer::data::shipped(), &shards, 4, 0.1).unwrap();
+    let shards = format!("--data.shards={}", shards.display());
     let mut args = vec!["fit", "--trainer.devices=2", "--trainer.max_steps=60"];
+    args.extend([shards.as_str(), "--data.num_workers=2"]);
     args.extend(["--model.lr=0.01", "--trainer.enable_progress_bar=false"]);
     args.extend(SMALL);
     let out = transformer(dir.path(), &args);
