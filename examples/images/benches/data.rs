@@ -146,12 +146,12 @@ fn drive(rounds: usize) -> anyhow::Result<()> {
     );
     let (one, four) = (streaming(&me, 4)?, streaming(&me, 16)?);
     println!(
-        "ember/torchvision loader: {:.2}x (best workers each); data wait {:.1}% of the step (0 workers {:.1}%); streaming peak RSS {} MB at 1x, {} MB at 4x",
+        "ember/torchvision loader: {:.2}x (best workers each); data wait {:.1}% of the step (0 workers {:.1}%); streaming peak RSS {:.1} MB at 1x, {:.1} MB at 4x",
         ember / torch,
         100.0 * waits_two,
         100.0 * waits_none,
-        one >> 20,
-        four >> 20
+        megabytes(one),
+        megabytes(four)
     );
     Ok(())
 }
@@ -165,14 +165,19 @@ fn streaming(me: &Path, shards: usize) -> anyhow::Result<u64> {
     let (report, _, peak_rss) = run_contender("ember stream", command)?;
     let bytes = stream::corpus_bytes(shards);
     println!(
-        "streaming fit: corpus {} MiB ({:.1}x its peak RSS), {} windows in {:.1} s, peak RSS {} MB",
+        "streaming fit: corpus {} MiB ({:.1}x its peak RSS), {} windows in {:.1} s, peak RSS {:.1} MB",
         bytes >> 20,
         bytes as f64 / peak_rss as f64,
         report["windows"],
         report["seconds"].as_f64().unwrap_or_default(),
-        peak_rss >> 20
+        megabytes(peak_rss)
     );
     Ok(peak_rss)
+}
+
+/// `bytes` in MiB.
+fn megabytes(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
 }
 
 fn main() -> ExitCode {

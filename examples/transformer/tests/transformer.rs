@@ -189,3 +189,44 @@ fn forward_macs_count_every_matrix_product_of_the_default_model() {
     let per_token = blocks * (4 * d * d + 2 * t * d + 2 * 4 * d * d) + 96 * d;
     assert_eq!(config.forward_macs(t as usize), t * per_token);
 }
+
+/// A shard cut short between two runs: the fit stops naming it (exit 1), and once it is whole
+/// again the checkpoint written before resumes.
+#[test]
+fn a_truncated_shard_stops_the_fit_naming_it_and_the_checkpoint_before_still_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let shards = dir.path().join("shards");
+    transformer::shards::write(transformer::data::shipped(), &shards, 4, 0.1).unwrap();
+    let flag = format!("--data.shards={}", shards.display());
+    let args = |steps: &'static str, resume: bool| {
+        let mut args = vec![
+            "fit",
+            flag.as_str(),
+            steps,
+            "--trainer.enable_progress_bar=false",
+        ];
+        args.extend(SMALL);
+        if resume {
+            args.push("--trainer.ckpt_path=last");
+        }
+        args
+    };
+    transformer(dir.path(), &args("--trainer.max_steps=5", false));
+
+    let torn = shards.join("train/002.bin");
+    let whole = std::fs::read(&torn).unwrap();
+    std::fs::write(&torn, &whole[..whole.len() / 2 + 1]).unwrap();
+    let exe = env!("CARGO_BIN_EXE_transformer");
+    let out = run_cpu_only(exe, dir.path(), &args("--trainer.max_steps=10", true));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("002.bin") && stderr.contains("truncated"),
+        "{stderr}"
+    );
+
+    std::fs::write(&torn, whole).unwrap();
+    let out = transformer(dir.path(), &args("--trainer.max_steps=10", true));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("trained 5 steps"), "{stdout}");
+}

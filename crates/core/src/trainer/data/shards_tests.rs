@@ -41,14 +41,20 @@ fn numbered(dir: &Path, shards: usize, records: usize) -> Shards<TokenWindows> {
     Shards::in_dir(dir, ".bin", TokenWindows::u16(1)).unwrap()
 }
 
-/// Every record of a pass, in order, as the corpus index it holds.
-fn records(loader: &Loader<Vec<u32>>, epoch: u64, from: usize) -> Vec<usize> {
+/// Every item of a pass from batch `from` on, in order.
+fn items<I: Send + 'static>(loader: &Loader<I>, epoch: u64, from: usize) -> Vec<I> {
     let mut pass = loader.pass(7, epoch, from..usize::MAX).unwrap();
     let mut out = Vec::new();
     while let Some((_, batch)) = pass.next_batch(&Items, &Default::default()).unwrap() {
-        out.extend(batch.iter().map(|window| window[0] as usize));
+        out.extend(batch);
     }
     out
+}
+
+/// Every record of a pass, in order, as the corpus index it holds.
+fn records(loader: &Loader<Vec<u32>>, epoch: u64, from: usize) -> Vec<usize> {
+    let windows = items(loader, epoch, from);
+    windows.iter().map(|window| window[0] as usize).collect()
 }
 
 #[test]
@@ -212,11 +218,7 @@ fn a_mapped_loader_over_shards_keeps_the_stream_order() {
     let mapped = loader
         .clone()
         .map(|window, key| Ok(vec![window[0], key.index as u32]));
-    let mut pass = mapped.pass(7, 0, 0..usize::MAX).unwrap();
-    let mut out = Vec::new();
-    while let Some((_, batch)) = pass.next_batch(&Items, &Default::default()).unwrap() {
-        out.extend(batch);
-    }
+    let out = items(&mapped, 0, 0);
     assert!(out.iter().all(|pair| pair[0] == pair[1]));
     let firsts: Vec<usize> = out.iter().map(|pair| pair[0] as usize).collect();
     assert_eq!(firsts, records(&loader, 0, 0));
