@@ -129,7 +129,7 @@ fn a_job_run_outside_the_cli_builds_the_registered_plugins_the_plan_names() {
         .register_precision("renamed-32", "32-true under another name", || Renamed)
         .unwrap();
     let inventory = ember::Inventory::parse("", registry.catalog()).unwrap();
-    let flags = ember::TrainerFlags::default().plugins(&["renamed-32"]);
+    let flags = ember::TrainerFlags::default().plugins(vec!["renamed-32".to_owned()]);
     let plan = ember::connect(&flags, &ember::Env::new(), &inventory, registry.catalog()).unwrap();
     let (strategy, precision) = registry
         .run(BuildsTrainer, &plan, None, &inventory)

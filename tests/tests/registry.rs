@@ -169,7 +169,7 @@ fn registered_plugins_refuse_plans_at_plan_time() {
         ("--trainer.precision", "bf16-one")
     );
     assert!(err.message.contains("across 2 processes"), "{err}");
-    let err = plan(two().plugins(&["bf16-one"]), &[]).unwrap_err();
+    let err = plan(two().plugins(vec!["bf16-one".to_owned()]), &[]).unwrap_err();
     assert_eq!(err.flag, "--trainer.plugins");
 
     let sharded = || two().strategy("ddp_sharded");
@@ -180,6 +180,62 @@ fn registered_plugins_refuse_plans_at_plan_time() {
         ("--trainer.cluster_environment", "auto")
     );
     assert!(err.message.contains("nosharding") && err.message.contains("share no memory"));
-    let err = plan(sharded().plugins(&["nosharding"]), &[]).unwrap_err();
+    let err = plan(sharded().plugins(vec!["nosharding".to_owned()]), &[]).unwrap_err();
     assert_eq!(err.flag, "--trainer.plugins");
+}
+
+/// A logger that records the metrics it is given.
+struct Recording(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl ember::loggers::Logger for Recording {
+    fn log_hyperparams(&mut self, _: &serde_json::Value) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn log_metrics(
+        &mut self,
+        metrics: &std::collections::BTreeMap<String, f64>,
+        _: u64,
+    ) -> anyhow::Result<()> {
+        let mut seen = self.0.lock().unwrap();
+        seen.extend(metrics.keys().cloned());
+        Ok(())
+    }
+}
+
+#[test]
+fn a_logger_cannot_take_a_name_the_logger_option_reads_and_one_by_any_other_name_is_reached() {
+    let sink = |_: &std::path::Path| Ok(Recording(Default::default()));
+    for taken in [
+        "csv",
+        "tensorboard",
+        "mlflow",
+        "mlflowlogger",
+        "csvlogger",
+        "true",
+        "false",
+    ] {
+        let err = ember::Registry::<WhoRuns>::new()
+            .register_logger(taken, "", sink)
+            .err()
+            .unwrap_or_else(|| panic!("a logger named {taken} was registered"));
+        assert!(err.to_string().contains("already taken"), "{taken}: {err}");
+    }
+
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let shared = std::sync::Arc::clone(&seen);
+    let registry = ember::Registry::<WhoRuns>::new()
+        .register_logger("jsonl", "JSON lines", move |_| {
+            Ok(Recording(std::sync::Arc::clone(&shared)))
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kinds = [ember::options::LoggerKind::Named("jsonl".into())];
+    let mut loggers =
+        ember::loggers::Loggers::create(dir.path(), &kinds, registry.factories().loggers())
+            .unwrap();
+    loggers
+        .log_metrics(&[("loss".to_owned(), 1.0)].into(), 3)
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["loss"]);
 }

@@ -119,6 +119,10 @@ impl Accelerator for XlaAccelerator {
         )
     }
 
+    fn batch_scope(device: &XlaDevice, rows: Option<usize>) {
+        crate::backend::batch_scope(device, rows);
+    }
+
     fn device_stats(_device: &XlaDevice) -> DeviceStats {
         let stats = runtime::stats();
         let mut out = DeviceStats::new();

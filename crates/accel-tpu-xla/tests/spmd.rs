@@ -3,12 +3,10 @@
 //! SPMD program whose partitioner adds the collectives. Its results match one device's.
 
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
-use ember_accel_tpu_xla::backend::{on_each_device, runtime};
+use ember_accel_tpu_xla::backend::{making_batch, on_each_device, runtime};
 use ember_accel_tpu_xla::{Xla, XlaDevice};
-use ember_core::trainer::data::making_batch;
 
 mod common;
 use common::values;
@@ -28,8 +26,9 @@ fn four_devices() -> bool {
 
 /// A two-layer classifier's loss on a batch of `rows` rows, and its gradients, on `device`:
 /// the batch made as a loader makes one, the weights as a model holds them.
-fn step<B: AutodiffBackend>(rows: usize, device: &B::Device) -> Vec<TensorData> {
-    let (x, classes) = making_batch(rows, || {
+fn step(rows: usize, device: &XlaDevice) -> Vec<TensorData> {
+    type B = Autodiff<Xla>;
+    let (x, classes) = making_batch(device, rows, || {
         let x = Tensor::<B, 2>::from_data(TensorData::new(values(rows * 6, 1), [rows, 6]), device);
         let classes: Vec<i32> = (0..rows as i32).map(|i| i % 3).collect();
         let classes = Tensor::<B, 1, Int>::from_data(TensorData::new(classes, [rows]), device);
@@ -74,9 +73,8 @@ fn a_step_on_four_devices_as_one_splits_the_batch_and_matches_one_device() {
     if !four_devices() {
         return;
     }
-    type B = Autodiff<Xla>;
-    let one = step::<B>(32, &XlaDevice::new(0));
-    let four = step::<B>(32, &XlaDevice::spanning(0, 4));
+    let one = step(32, &XlaDevice::new(0));
+    let four = step(32, &XlaDevice::spanning(0, 4));
     assert_close(&one, &four);
     // The step's programs on four devices split the batch's rows, and XLA joined the
     // devices' parts of the loss and gradients with all-reduces.
@@ -102,10 +100,9 @@ fn rows_that_do_not_divide_among_the_devices_still_give_one_devices_results() {
     if !four_devices() {
         return;
     }
-    type B = Autodiff<Xla>;
     assert_close(
-        &step::<B>(10, &XlaDevice::new(0)),
-        &step::<B>(10, &XlaDevice::spanning(0, 4)),
+        &step(10, &XlaDevice::new(0)),
+        &step(10, &XlaDevice::spanning(0, 4)),
     );
 }
 
@@ -116,7 +113,9 @@ fn a_batch_tensor_reads_back_whole_and_combines_with_tensors_whole_on_each_devic
     }
     let device = XlaDevice::spanning(0, 4);
     let data = TensorData::new(values(12, 4), [4, 3]);
-    let batch = making_batch(4, || Tensor::<Xla, 2>::from_data(data.clone(), &device));
+    let batch = making_batch(&device, 4, || {
+        Tensor::<Xla, 2>::from_data(data.clone(), &device)
+    });
     assert_eq!(batch.clone().into_data(), data);
     // Each device was given only its row of the batch.
     let rows: Vec<Vec<f32>> = (on_each_device(batch.clone()).unwrap().iter())
@@ -147,7 +146,7 @@ fn adam_steps_on_four_devices_leave_every_devices_weights_bitwise_equal() {
     let mut layer: Linear<B> = LinearConfig::new(6, 3).init(&device);
     let mut adam = AdamConfig::new().init();
     for step in 0..5u64 {
-        let (x, y) = making_batch(20, || {
+        let (x, y) = making_batch(&device, 20, || {
             let x = TensorData::new(values(120, 10 + step), [20, 6]);
             let y = TensorData::new(values(60, 20 + step), [20, 3]);
             (

@@ -6,9 +6,8 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::Flex;
-use ember_accel_tpu_xla::backend::{mark_step, stats};
+use ember_accel_tpu_xla::backend::{making_batch, mark_step, stats};
 use ember_accel_tpu_xla::{Xla, XlaDevice};
-use ember_core::trainer::data::making_batch;
 
 mod common;
 use common::values;
@@ -43,7 +42,7 @@ fn steps_end_at_mark_step_or_the_next_batch_and_run_without_a_read() {
         } else {
             // The next batch, made as the Trainer's loaders make it.
             let batch = next.clone();
-            x = making_batch(4, || Tensor::<Xla, 2>::from_data(batch.clone(), &dev));
+            x = making_batch(&dev, 4, || Tensor::<Xla, 2>::from_data(batch.clone(), &dev));
             x_flex = Tensor::<Flex, 2>::from_data(batch, &flex);
         }
         started.push((recorded, stats().executions - before));

@@ -87,6 +87,14 @@ pub trait Accelerator: 'static {
         &[Precision::F32True]
     }
 
+    /// Told around each batch a Trainer's loops make on `device`: the batch's item count
+    /// before its batcher runs, `None` after. An accelerator whose device spans several
+    /// splits the tensors of that many rows made in between by rows over them (xla); by
+    /// default nothing.
+    fn batch_scope(device: &DeviceOf<Self>, rows: Option<usize>) {
+        let _ = (device, rows);
+    }
+
     /// The name of the collective that sums `ddp`'s gradients on this accelerator's devices
     /// (`nccl` for cuda), selectable as `--trainer.plugins=[NAME]` and the default process
     /// group backend of `ddp` here; `None` (the default): gradients go through the host

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::cluster::{ClusterEnvironment, builtin_environments};
 use crate::collective::Collective;
+use crate::factories::PluginFactories;
 use crate::plan::Plan;
-use crate::plugins::PluginFactories;
 
 /// A job's plan, collective and registered plugins.
 #[derive(Clone)]

@@ -21,7 +21,6 @@ pub mod child;
 pub mod cli;
 pub mod context;
 pub mod factories;
-pub mod finetune;
 pub mod host_alloc;
 pub mod host_float;
 pub mod job;
@@ -66,6 +65,7 @@ pub use trainer::data::{
     ArrayFile, Batches, DataLoaders, DataModule, DataSource, FromDataModule, Given, ItemKey,
     Loader, ShardFormat, Shards, TokenWindows, epoch_permutation,
 };
+pub use trainer::finetune;
 pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};
 pub use trainer::loops::step::ManualOptimization;

@@ -16,12 +16,12 @@ use crate::cluster::ClusterEnvironment;
 use crate::collective::{Collective, Engine};
 use crate::context::RunContext;
 use crate::error::{FlagError, PlanResult};
+use crate::factories::PluginFactories;
 use crate::inventory::{INVENTORY_VAR, Inventory};
 use crate::job::Job;
 use crate::loggers::{Logger, LoggerFactory};
-use crate::options::{CALLBACK_NAMES, callback_key};
+use crate::options::{CALLBACK_NAMES, LoggerKind, callback_key};
 use crate::plan::Plan;
-use crate::plugins::PluginFactories;
 use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::strategy::{Strategy, StrategyParts};
 use crate::precision::Precision;
@@ -60,6 +60,10 @@ impl fmt::Display for RegistryError {
                     f,
                     "{what} `{name}` is already registered; to replace it on purpose use register_override{}",
                     if *what == "strategy" { "_strategy" } else { "" }
+                ),
+                "logger" | "callback" => write!(
+                    f,
+                    "{what} `{name}`: the name is already taken by a built-in {what} or one registered before"
                 ),
                 _ => write!(
                     f,
@@ -302,22 +306,24 @@ impl<J: Job> Registry<J> {
     }
 
     /// Registers a logger built by `factory` in the run's version directory (rank 0 only); it
-    /// becomes selectable as `--trainer.logger=[csv, NAME]` and is listed in `--help`.
+    /// becomes selectable as `--trainer.logger=[csv, NAME]` and is listed in `--help`. A name the
+    /// `logger` option already reads as a built-in (`csv`, `tensorboard`, `mlflow`, their class
+    /// names) or as `true`/`false` is taken.
     pub fn register_logger<L: Logger + 'static>(
         mut self,
         name: &str,
         description: &str,
         factory: impl Fn(&Path) -> anyhow::Result<L> + 'static,
     ) -> Result<Self, RegistryError> {
-        let builtins = ["csv", "tensorboard", "true", "false"];
+        check_name("logger", name)?;
+        if LoggerKind::is_reserved(name) {
+            return Err(RegistryError::Duplicate {
+                what: "logger",
+                name: name.to_owned(),
+            });
+        }
         let listed = &mut self.catalog.loggers;
-        list_free(
-            "logger",
-            listed,
-            (name, description),
-            &builtins,
-            str::to_owned,
-        )?;
+        list_free("logger", listed, (name, description), &[], str::to_owned)?;
         let factory: LoggerFactory =
             Arc::new(move |dir| Ok(Box::new(factory(dir)?) as Box<dyn Logger>));
         PluginFactories::set(&mut self.factories.loggers, name, factory);

@@ -4,13 +4,12 @@
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_autodiff::Autodiff;
-use burn_flex::{Flex, FlexDevice};
+use burn::tensor::backend::Backend;
+use burn_flex::FlexDevice;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, Mlp, ModelConfig};
 use digits::train::{DataConfig, fit_by_hand};
-use ember::{Trainer, TrainerOptions};
+use ember::{Accelerator, DeviceOf, Trainer, TrainerOptions};
 
 /// Every float parameter's bits, in module order.
 struct Bits(Vec<Vec<u32>>);
@@ -28,13 +27,14 @@ fn bits<B: Backend>(model: &Mlp<B>) -> Vec<Vec<u32>> {
     visitor.0
 }
 
-/// Fits 3 epochs through the Trainer and by hand on `device` and compares the weights' bits.
-fn trainer_equals_hand_loop<B: AutodiffBackend>(device: B::Device) {
+/// Fits 3 epochs through the Trainer (on accelerator `A`) and by hand on `device` and compares
+/// the weights' bits.
+fn trainer_equals_hand_loop<A: Accelerator>(device: DeviceOf<A>) {
     let model_config = ModelConfig::default();
     let data_config = DataConfig::default();
     let epochs = 3;
     let (hand, report) =
-        fit_by_hand::<B>(&device, &model_config, &data_config, epochs, |_, _| {}).unwrap();
+        fit_by_hand::<A::Backend>(&device, &model_config, &data_config, epochs, |_, _| {}).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let options = TrainerOptions {
@@ -44,8 +44,8 @@ fn trainer_equals_hand_loop<B: AutodiffBackend>(device: B::Device) {
         default_root_dir: dir.path().to_owned(),
         ..TrainerOptions::default()
     };
-    let mut trainer = Trainer::<B>::on_device(device, options).unwrap();
-    let model = DigitsModel::<B>::new(&model_config, trainer.device());
+    let mut trainer = Trainer::<A::Backend>::on_accelerator::<A>(device, options).unwrap();
+    let model = DigitsModel::<A::Backend>::new(&model_config, trainer.device());
     let out = trainer
         .fit(model, &mut DigitsData::new(data_config))
         .unwrap();
@@ -67,17 +67,16 @@ fn trainer_equals_hand_loop<B: AutodiffBackend>(device: B::Device) {
 
 #[test]
 fn trainer_and_hand_loop_give_bitwise_equal_weights() {
-    trainer_equals_hand_loop::<Autodiff<Flex>>(FlexDevice);
+    trainer_equals_hand_loop::<ember::cpu::CpuAccelerator>(FlexDevice);
 }
 
 #[cfg(feature = "tch")]
 #[test]
 fn trainer_and_hand_loop_give_bitwise_equal_weights_on_libtorch() {
-    use ember::Accelerator;
     use ember::tch::TchCpuAccelerator;
     // The devices as the Trainer gets them for tch-cpu (LibTorch's threads set once).
     let device = TchCpuAccelerator::parallel_devices(&[0]).remove(0);
-    trainer_equals_hand_loop::<<TchCpuAccelerator as Accelerator>::Backend>(device);
+    trainer_equals_hand_loop::<TchCpuAccelerator>(device);
 }
 
 /// ACCEPTANCE 27 on a GPU (scripts/gpu-check.sh runs it there): the same ops in the same
@@ -86,14 +85,13 @@ fn trainer_and_hand_loop_give_bitwise_equal_weights_on_libtorch() {
 #[cfg(feature = "cuda")]
 #[test]
 fn trainer_and_hand_loop_give_bitwise_equal_weights_on_cuda() {
-    use ember::Accelerator;
     use ember::cuda::CudaAccelerator;
     if !CudaAccelerator::is_available() {
         eprintln!("skip: no CUDA device here (scripts/gpu-check.sh runs this on a GPU machine)");
         return;
     }
     let device = CudaAccelerator::parallel_devices(&[0]).remove(0);
-    trainer_equals_hand_loop::<<CudaAccelerator as Accelerator>::Backend>(device);
+    trainer_equals_hand_loop::<CudaAccelerator>(device);
 }
 
 /// ACCEPTANCE 27 on xla (XLA's CPU plugin here): the Trainer and the hand loop record the same
@@ -101,12 +99,11 @@ fn trainer_and_hand_loop_give_bitwise_equal_weights_on_cuda() {
 #[cfg(feature = "tpu-xla")]
 #[test]
 fn trainer_and_hand_loop_give_bitwise_equal_weights_on_xla() {
-    use ember::Accelerator;
     use ember::xla::XlaAccelerator;
     if !XlaAccelerator::is_available() {
         eprintln!("skip: no PJRT plugin (scripts/setup.sh caches XLA's CPU plugin)");
         return;
     }
     let device = XlaAccelerator::parallel_devices(&[0]).remove(0);
-    trainer_equals_hand_loop::<<XlaAccelerator as Accelerator>::Backend>(device);
+    trainer_equals_hand_loop::<XlaAccelerator>(device);
 }

@@ -44,7 +44,7 @@ fn a_three_epoch_fit_compiles_a_handful_of_programs_and_none_after_the_first_epo
         ..TrainerOptions::default()
     };
     let per_epoch = Rc::new(RefCell::new(Vec::new()));
-    let mut trainer = Trainer::<B>::on_device(device, options)
+    let mut trainer = Trainer::<B>::on_accelerator::<XlaAccelerator>(device, options)
         .unwrap()
         .with_callback(CompilesPerEpoch(per_epoch.clone()));
     let model = DigitsModel::<B>::new(&ModelConfig::default(), trainer.device());

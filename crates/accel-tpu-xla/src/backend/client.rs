@@ -42,6 +42,9 @@ struct State {
     split: HashSet<TensorId>,
     failed: HashMap<TensorId, Failure>,
     in_flight: InFlight<Running>,
+    /// The item count of the batch being made ([`XlaClient::batch_scope`]): an upload of that
+    /// many rows meanwhile is the batch's.
+    batch_rows: Option<usize>,
 }
 
 impl State {
@@ -399,6 +402,17 @@ impl XlaClient {
         let _ = self.flush(&mut state);
     }
 
+    /// Starts (`Some(rows)`) or ends (`None`) the making of a batch of `rows` items (see
+    /// [`batch_scope`](super::batch_scope)): a new batch first starts what the last one
+    /// recorded, a whole step.
+    pub fn batch_scope(&self, rows: Option<usize>) {
+        let mut state = self.state.lock().expect("xla state lock");
+        if rows.is_some() {
+            let _ = self.flush(&mut state);
+        }
+        state.batch_rows = rows;
+    }
+
     /// What each device the client's device spans holds of `tensor` (all of it, or its rows of
     /// a batch's), after running what is recorded: for checks that the devices agree.
     pub fn read_each_device(&self, tensor: &TensorIr) -> Result<Vec<TensorData>, ExecutionError> {
@@ -474,7 +488,7 @@ impl RunnerClient for XlaClient {
         };
         // A batch's tensor, made while a loader's batcher runs: split by rows over the devices,
         // each device given only its rows.
-        let batch = ember_core::trainer::data::batching();
+        let batch = self.state.lock().expect("xla state lock").batch_rows;
         let rows = data.shape.first().copied();
         let split = self.device.span > 1 && rows.is_some() && batch == rows;
         let buffers = match split {
@@ -483,10 +497,6 @@ impl RunnerClient for XlaClient {
         };
         let buffers = buffers.unwrap_or_else(|e| panic!("{e}"));
         let mut state = self.state.lock().expect("xla state lock");
-        if batch.is_some() {
-            // The next batch: what the last one recorded is a whole step.
-            let _ = self.flush(&mut state);
-        }
         state.tensors.insert(id, buffers);
         if split {
             state.split.insert(id);

@@ -20,5 +20,3 @@ pub mod sharded;
 pub mod strategy;
 pub mod weights;
 pub mod xla;
-
-pub use crate::factories::{CheckpointIoFactory, PluginFactories, PrecisionFactory};

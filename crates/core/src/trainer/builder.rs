@@ -12,9 +12,9 @@ use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::cluster::ClusterEnvironment;
 use crate::collective::{Collective, SingleProcess};
 use crate::context::RunContext;
+use crate::factories::PluginFactories;
 use crate::options::{CheckpointWrites, TrainerOptions};
 use crate::plan::Plan;
-use crate::plugins::PluginFactories;
 use crate::plugins::dtype;
 use crate::plugins::precision::{self, PrecisionPlugin};
 use crate::plugins::strategy::{Strategy, StrategyFactory, StrategyParts};
@@ -175,6 +175,7 @@ impl TrainerBuilder {
         };
         let mut trainer = Trainer::with_strategy(device, options, strategy, factories)?;
         trainer.device_stats = A::device_stats;
+        trainer.batch_scope = A::batch_scope;
         trainer.cluster = cluster;
         Ok(trainer)
     }

@@ -16,7 +16,6 @@ mod stream;
 mod tests;
 mod workers;
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
@@ -34,32 +33,12 @@ pub use workers::Batches;
 
 use crate::stage::Stage;
 
-thread_local! {
-    /// The item count of the batch this thread's batcher is making.
-    static BATCHING: Cell<Option<usize>> = const { Cell::new(None) };
-}
-
-/// Runs `make` as the making of a batch of `items` items: [`batching`] says so on this thread
-/// until it returns (or unwinds). The Trainer's loaders make every batch this way.
-pub fn making_batch<T>(items: usize, make: impl FnOnce() -> T) -> T {
-    /// Restores the value before, also when `make` panics.
-    struct Restore(Option<usize>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            BATCHING.with(|b| b.set(self.0));
-        }
-    }
-    let _restore = Restore(BATCHING.with(|b| b.replace(Some(items))));
-    make()
-}
-
-/// The item count of the batch this thread's batcher is making, while it makes it: a backend
-/// that splits every batch over several devices (xla's device spanning several) tells the
-/// batch's tensors, whose first dimension is this count, from the model's, which every device
-/// holds whole.
-pub fn batching() -> Option<usize> {
-    BATCHING.with(Cell::get)
-}
+/// What a Trainer's loops tell around each batch their batcher makes: the device and the
+/// batch's item count before, the device and `None` after. An accelerator whose device spans
+/// several (xla) splits the batch's tensors — those whose first dimension is that count — by
+/// rows over them ([`Accelerator::batch_scope`](crate::accelerator::Accelerator::batch_scope));
+/// others do nothing.
+pub type BatchScope<D> = fn(&D, Option<usize>);
 
 /// The data side of a run (Lightning's LightningDataModule): where each loop's items come
 /// from and how they become batches.

@@ -12,6 +12,7 @@ pub(crate) mod ckpt_path;
 pub mod collector;
 pub mod data;
 mod evaluate;
+pub mod finetune;
 pub mod hparams;
 pub mod log;
 pub(crate) mod loops;
@@ -44,10 +45,10 @@ use crate::cluster::ClusterEnvironment;
 use crate::collective::Collective;
 use crate::context::RunContext;
 use crate::error::FlagError;
+use crate::factories::PluginFactories;
 use crate::loggers::{Logger, Loggers};
 use crate::options::{LoggerKind, TrainerOptions};
 use crate::plan::Plan;
-use crate::plugins::PluginFactories;
 use crate::plugins::precision::{MixedPrecision, PrecisionPlugin};
 use crate::plugins::scaler::{self, GradScaler};
 use crate::plugins::shard::Shard;
@@ -55,7 +56,7 @@ use crate::plugins::strategy::Strategy;
 use crate::stage::Stage;
 pub use agree::AgreedError;
 pub use builder::{Plugin, TrainerBuilder};
-use data::{DataModule, FromDataModule, Loader};
+use data::{BatchScope, DataModule, FromDataModule, Loader};
 use loops::fit::FitLoop;
 use loops::schedule::FitSchedule;
 use module::{BatcherFor, TrainingModule};
@@ -113,6 +114,8 @@ pub struct Trainer<B: AutodiffBackend> {
     factories: Rc<PluginFactories>,
     hparams: Value,
     device_stats: fn(&B::Device) -> DeviceStats,
+    /// Told around each batch the loops make (the accelerator's; by default nothing).
+    batch_scope: BatchScope<B::Device>,
     /// Times the phases of each entry point (`--trainer.profiler`; off by default).
     profiler: Profiler,
     /// The plan's cluster environment, which may requeue the job after a SIGUSR1 stop.
@@ -234,9 +237,23 @@ impl<B: AutodiffBackend> Trainer<B> {
             .collect())
     }
 
-    /// A Trainer on `device` with no accelerator behind it (no device stats, one process,
-    /// 32-true, `single_device`, host floats flushed as [`Plan::local`] says; a program that
-    /// wants another choice builds with [`Trainer::builder`] and a plan of its own).
+    /// A Trainer on `device` of accelerator `A`, as [`on_device`](Self::on_device) builds one,
+    /// with `A`'s device stats and batch scope ([`Accelerator::batch_scope`]: xla ends a step
+    /// and splits a batch there).
+    pub fn on_accelerator<A: Accelerator<Backend = B>>(
+        device: B::Device,
+        options: TrainerOptions,
+    ) -> anyhow::Result<Self> {
+        let mut trainer = Self::on_device(device, options)?;
+        trainer.device_stats = A::device_stats;
+        trainer.batch_scope = A::batch_scope;
+        Ok(trainer)
+    }
+
+    /// A Trainer on `device` with no accelerator behind it (no device stats, no batch scope,
+    /// one process, 32-true, `single_device`, host floats flushed as [`Plan::local`] says; a
+    /// program that wants another choice builds with [`Trainer::builder`] and a plan of its
+    /// own, or [`on_accelerator`](Self::on_accelerator)).
     pub fn on_device(device: B::Device, options: TrainerOptions) -> anyhow::Result<Self> {
         let plan = Plan::local("", crate::precision::Precision::F32True);
         let factories = Rc::new(PluginFactories::default());
@@ -283,6 +300,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             factories,
             hparams: Value::Null,
             device_stats: |_| DeviceStats::new(),
+            batch_scope: |_, _| {},
             options,
             cluster: None,
         })

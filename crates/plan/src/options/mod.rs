@@ -41,61 +41,109 @@ pub struct OptionInfo {
     pub shown_default: Option<&'static str>,
 }
 
-/// Declares the loop options: each entry becomes a field of [`TrainerOptions`], its default,
-/// a parse arm, a serialised entry and an [`OptionInfo`].
-macro_rules! trainer_options {
-    ($(
-        $(#[doc = $doc:literal])+
-        $key:ident: $ty:ty = $default:expr, $kind:ty, $help:literal $(, shown $shown:literal)?;
-    )+) => {
-        /// Loop options, resolved from the `trainer` section.
+/// Declares a table of `trainer` keys: each entry becomes a field of the struct, its default, a
+/// parse arm (`set`), a serialised entry (`to_value`) and an [`OptionInfo`] in the list named
+/// after the struct; `setters with` adds a builder method per key (`setters none`: none). The loop options below and the
+/// plan keys of [`crate::flags`] are both declared with it.
+macro_rules! options_table {
+    (
+        $(#[doc = $sdoc:literal])+
+        struct $name:ident { $($(#[doc = $xdoc:literal])* $xkey:ident: $xty:ty = $xdefault:expr,)* }
+        infos $infos:ident;
+        setters $setters:ident;
+        $($entries:tt)+
+    ) => {
+        options_table!(
+            @table [$(#[doc = $sdoc])+] $name [$($(#[doc = $xdoc])* $xkey: $xty = $xdefault,)*]
+            $infos; $($entries)+
+        );
+        options_table!(@setters $setters $name; $($entries)+);
+    };
+    (
+        @table [$(#[doc = $sdoc:literal])+] $name:ident
+        [$($(#[doc = $xdoc:literal])* $xkey:ident: $xty:ty = $xdefault:expr,)*]
+        $infos:ident;
+        $(
+            $(#[doc = $doc:literal])+
+            $key:ident: $ty:ty = $default:expr, $kind:ty, $help:literal $(, shown $shown:literal)?;
+        )+
+    ) => {
+        $(#[doc = $sdoc])+
         #[derive(Debug, Clone, PartialEq)]
-        pub struct TrainerOptions {
+        pub struct $name {
             $( $(#[doc = $doc])+ pub $key: $ty, )+
+            $( $(#[doc = $xdoc])* pub $xkey: $xty, )*
         }
 
-        impl Default for TrainerOptions {
+        impl Default for $name {
             fn default() -> Self {
-                Self { $( $key: $default, )+ }
+                Self { $( $key: $default, )+ $( $xkey: $xdefault, )* }
             }
         }
 
-        /// Every loop option, in `--help` order.
-        pub const OPTIONS: &[OptionInfo] = &[$(
+        #[doc = concat!("Every key of [`", stringify!($name), "`], in `--help` order.")]
+        pub const $infos: &[OptionInfo] = &[$(
             OptionInfo {
                 key: stringify!($key),
                 help: $help,
                 doc: concat!($($doc),+),
-                shown_default: trainer_options!(@shown $($shown)?),
+                shown_default: options_table!(@shown $($shown)?),
             },
         )+];
 
-        impl TrainerOptions {
-            /// Sets one option from its config value; an unknown key is an error.
+        impl $name {
+            /// Sets one key from its config value; an unknown key is an error.
             pub fn set(&mut self, key: &str, value: &Value) -> PlanResult<()> {
                 let rejected = |allowed: String| {
                     FlagError::new(format!("--trainer.{key}"), render(value), allowed)
                 };
                 match key {
                     $( stringify!($key) => self.$key = <$kind>::parse(value).map_err(rejected)?, )+
-                    _ => return Err(rejected("not a trainer loop option".into())),
+                    _ => return Err(rejected(format!("not a key of {}", stringify!($name)))),
                 }
                 Ok(())
             }
 
-            /// The options as entries of the `trainer` config section.
+            /// The keys as entries of the `trainer` config section, those of the tables it
+            /// holds after its own.
             pub fn to_value(&self) -> Map<String, Value> {
                 let mut map = Map::new();
                 $( map.insert(stringify!($key).to_owned(), <$kind>::write(&self.$key)); )+
+                $( map.extend(self.$xkey.to_value()); )*
                 map
             }
         }
     };
+    (
+        @setters with $name:ident;
+        $(
+            $(#[doc = $doc:literal])+
+            $key:ident: $ty:ty = $default:expr, $kind:ty, $help:literal $(, shown $shown:literal)?;
+        )+
+    ) => {
+        impl $name {
+            $(
+                #[doc = concat!("Sets `", stringify!($key), "`:")]
+                $(#[doc = $doc])+
+                pub fn $key(mut self, value: impl Into<$ty>) -> Self {
+                    self.$key = value.into();
+                    self
+                }
+            )+
+        }
+    };
+    (@setters none $name:ident; $($entries:tt)+) => {};
     (@shown $shown:literal) => { Some($shown) };
     (@shown) => { None };
 }
 
-trainer_options! {
+pub(crate) use options_table;
+
+options_table! {
+    /// Loop options, resolved from the `trainer` section.
+    struct TrainerOptions {}
+    infos OPTIONS;
+    setters none;
     /// Epochs to train; `-1`: no epoch limit; `0`: train nothing. Unset: no epoch limit when
     /// `max_steps` is set, else 1000.
     max_epochs: Option<u64> = None, EpochLimit,

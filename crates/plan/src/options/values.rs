@@ -212,6 +212,14 @@ impl LoggerKind {
         }
     }
 
+    /// Whether `name` already means something to the `logger` option — a built-in logger by its
+    /// name or Lightning's class name (`mlflow`, `MLFlowLogger`), `true` or `false` — so that no
+    /// registered logger can take it.
+    pub fn is_reserved(name: &str) -> bool {
+        let value = Value::String(name.to_owned());
+        boolean(&value).is_some() || !matches!(Self::from_value(&value), Some(Self::Named(_)))
+    }
+
     fn from_value(value: &Value) -> Option<LoggerKind> {
         let name = match value {
             Value::String(s) => s.trim().to_ascii_lowercase(),

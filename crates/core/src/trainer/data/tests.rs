@@ -17,13 +17,14 @@ fn loader(n: usize, batch: usize) -> Loader<usize> {
     Loader::new(InMemDataset::new((0..n).collect()), batch)
 }
 
-/// A batcher that makes, as its batch, what `batching` said while it ran.
-struct Probe;
+thread_local! {
+    /// What [`record_scope`] was told on this thread, in order.
+    static TOLD: std::cell::RefCell<Vec<Option<usize>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
-impl Batcher<B, usize, Option<usize>> for Probe {
-    fn batch(&self, _: Vec<usize>, _: &burn_flex::FlexDevice) -> Option<usize> {
-        batching()
-    }
+/// A [`BatchScope`] that records what it is told.
+fn record_scope(_: &burn_flex::FlexDevice, rows: Option<usize>) {
+    TOLD.with(|told| told.borrow_mut().push(rows));
 }
 
 /// A batcher whose batch is its items.
@@ -65,15 +66,21 @@ impl DataSource<(usize, u64, u32)> for Slow {
 }
 
 #[test]
-fn a_batcher_knows_the_size_of_the_batch_it_makes_and_nothing_else_does() {
-    let l = loader(3, 4);
+fn the_scope_is_told_each_batch_s_size_before_its_batcher_runs_and_its_end_after() {
+    let l = loader(7, 4);
+    let mut pass = l.pass(0, 0, 0..usize::MAX).unwrap();
+    let device = Default::default();
+    let scoped = |pass: &mut Batches<usize>| {
+        let made = pass.next_batch_scoped::<B, Vec<usize>>(&Items, &device, record_scope);
+        made.unwrap().is_some()
+    };
+    while scoped(&mut pass) {}
+    let panicking = Shapeless(crate::Stack);
     let mut pass = l.pass(0, 0, 0..1).unwrap();
-    let made = pass.next_batch(&Probe, &Default::default()).unwrap();
-    assert_eq!(made, Some((0, Some(3))));
-    assert_eq!(batching(), None);
-    let caught = std::panic::catch_unwind(|| making_batch(5, || panic!("in the batcher")));
-    assert!(caught.is_err());
-    assert_eq!(batching(), None, "a panicking batcher leaves nothing set");
+    let made = pass.next_batch_scoped::<B, Tensor<B, 2>>(&panicking, &device, record_scope);
+    assert!(made.is_err());
+    let told = TOLD.with(|told| told.take());
+    assert_eq!(told, [Some(4), None, Some(3), None, Some(4), None]);
 }
 
 #[test]
@@ -298,7 +305,6 @@ fn a_batcher_that_panics_is_an_error_naming_the_batch() {
         err.contains("the val loader's batcher panicked on batch 1 of epoch 0: no shape"),
         "{err}"
     );
-    assert_eq!(batching(), None);
 }
 
 /// A batcher that panics.

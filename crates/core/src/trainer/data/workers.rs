@@ -14,7 +14,7 @@ use anyhow::{Context, anyhow};
 use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::Backend;
 
-use super::making_batch;
+use super::BatchScope;
 use super::source::{DataSource, ItemKey};
 
 /// The items at `indices`, made with `seed` and `epoch`, and what was said of each item that
@@ -259,13 +259,25 @@ impl<I> Batches<'_, I> {
         batcher: &impl Batcher<B, I, O>,
         device: &B::Device,
     ) -> anyhow::Result<Option<(usize, O)>> {
+        self.next_batch_scoped(batcher, device, |_, _| {})
+    }
+
+    /// [`next_batch`](Self::next_batch), telling `scope` of the batch around its making: the
+    /// device and the batch's item count before, the device and `None` after (the Trainer
+    /// passes its accelerator's [`BatchScope`]).
+    pub fn next_batch_scoped<B: Backend, O>(
+        &mut self,
+        batcher: &impl Batcher<B, I, O>,
+        device: &B::Device,
+        scope: BatchScope<B::Device>,
+    ) -> anyhow::Result<Option<(usize, O)>> {
         let Some(items) = self.next_items()? else {
             return Ok(None);
         };
         let batch_idx = self.first + self.taken - 1;
-        let made = catch_unwind(AssertUnwindSafe(|| {
-            making_batch(items.len(), || batcher.batch(items, device))
-        }));
+        scope(device, Some(items.len()));
+        let made = catch_unwind(AssertUnwindSafe(|| batcher.batch(items, device)));
+        scope(device, None);
         let batch = made.map_err(|panic| {
             anyhow!(
                 "the {} loader's batcher panicked on batch {batch_idx} of epoch {}: {}",

@@ -50,18 +50,19 @@ where
             return Ok(());
         }
         let (seed, device) = (self.trainer.seed, self.trainer.device.clone());
+        let scope = self.trainer.batch_scope;
         let rank = self.trainer.shard().rank;
         // The first batch is run twice: with momentum 1 and 0, which tells each layer's
         // momentum from the two running statistics.
         let first = train
             .pass(seed, epoch, 0..1)?
-            .next_batch(batcher, &device)?;
+            .next_batch_scoped(batcher, &device, scope)?;
         let (_, first) = first.context("the training loader has no batch")?;
         let ones = self.forward_from(1.0, batch_seed(seed, epoch, 0, rank), first, &find.stats)?;
         let mut sums: HashMap<ParamId, Vec<f64>> = HashMap::new();
         let mut momentum: HashMap<ParamId, Vec<f64>> = HashMap::new();
         let mut batches = train.pass(seed, epoch, 0..count)?;
-        while let Some((batch_idx, batch)) = batches.next_batch(batcher, &device)? {
+        while let Some((batch_idx, batch)) = batches.next_batch_scoped(batcher, &device, scope)? {
             let step_seed = batch_seed(seed, epoch, batch_idx, rank);
             let stats = self.forward_from(0.0, step_seed, batch, &find.stats)?;
             if batch_idx == 0 {

@@ -53,7 +53,7 @@ impl EvaluationLoop {
             let mut all = loader.pass(trainer.seed, 0, 0..batches)?;
             while let Some((i, batch)) = {
                 let _span = trainer.profiler.span("data fetch");
-                all.next_batch::<Inner<B>, _>(batcher, &trainer.device)?
+                all.next_batch_scoped::<Inner<B>, _>(batcher, &trainer.device, trainer.batch_scope)?
             } {
                 let span =
                     trainer

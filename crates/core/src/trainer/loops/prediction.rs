@@ -45,7 +45,11 @@ impl PredictionLoop {
         let mut batches = loader.pass(trainer.seed, 0, mine)?;
         while let Some((batch_idx, batch)) = {
             let _span = trainer.profiler.span("data fetch");
-            batches.next_batch::<Inner<B>, _>(batcher, &trainer.device)?
+            batches.next_batch_scoped::<Inner<B>, _>(
+                batcher,
+                &trainer.device,
+                trainer.batch_scope,
+            )?
         } {
             let i = batch_idx - first;
             let span = trainer.profiler.span("predict step");

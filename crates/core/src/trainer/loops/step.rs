@@ -13,12 +13,12 @@ use burn::tensor::{FloatDType, Tensor};
 
 use crate::callbacks::TrainerState;
 use crate::checkpoint_io::CheckpointIO;
-use crate::finetune;
 use crate::options::ClipAlgorithm;
 use crate::plugins::access::ModelGradients;
 use crate::plugins::dtype;
 use crate::plugins::weights::ModelWeights;
 use crate::trainer::Trainer;
+use crate::trainer::finetune;
 use crate::trainer::log::StepLog;
 
 /// One optimizer, the scheduler that gives its rate, and the rate in effect.

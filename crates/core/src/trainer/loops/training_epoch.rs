@@ -61,7 +61,8 @@ where
         let mut stop = false;
         while let Some((batch_idx, batch)) = {
             let _span = self.trainer.profiler.span("data fetch");
-            batches.next_batch::<B, _>(batcher, &self.trainer.device)?
+            let scope = self.trainer.batch_scope;
+            batches.next_batch_scoped::<B, _>(batcher, &self.trainer.device, scope)?
         } {
             let span = self.trainer.profiler.span("training batch");
             self = self.train_batch(batch_idx, batch)?;
