@@ -320,3 +320,20 @@ fn the_process_group_backend_is_chosen_with_plugins_and_checked_at_plan_time() {
         "{single_mpi}"
     );
 }
+
+/// The callbacks the flags name are built once, while planning, and handed to the job with its
+/// invocation; the first Trainer to take them gets them.
+#[test]
+fn the_flags_callbacks_are_built_while_planning_and_taken_once() {
+    let (outcome, seen) = execute(
+        &["fit", "--trainer.callbacks=[LearningRateMonitor]"],
+        &Env::new(),
+    );
+    assert!(matches!(outcome, CliOutcome::Ran(_)), "{outcome:?}");
+    let invocation = seen.expect("the job was built");
+    let shared = invocation.clone();
+    let built = invocation.callbacks.take().expect("built while planning");
+    let names: Vec<&str> = built.iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["LearningRateMonitor"]);
+    assert!(shared.callbacks.take().is_none(), "taken twice");
+}

@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::accelerator::Accelerator;
+use crate::callbacks::BuiltCallbacks;
 use crate::cli::{Cli, Invocation};
 use crate::context::RunContext;
 use crate::flags::TrainerFlags;
@@ -219,6 +220,8 @@ pub struct AppJob<A: App> {
     data: A::Data,
     options: TrainerOptions,
     hparams: Value,
+    /// The options' callbacks, built while planning.
+    callbacks: BuiltCallbacks,
     app: PhantomData<A>,
 }
 
@@ -231,6 +234,7 @@ impl<A: App> From<Invocation<A::ModelConfig, A::Data>> for AppJob<A> {
             data: inv.data,
             options: inv.trainer.options,
             hparams,
+            callbacks: inv.callbacks,
             app: PhantomData,
         }
     }
@@ -250,6 +254,7 @@ impl<A: App> Job for AppJob<A> {
         }
         hparams["plan"] = serde_json::to_value(plan)?;
         let mut trainer = Trainer::<X::Backend>::builder_for(context, self.options)
+            .callbacks(self.callbacks)
             .build::<X>()?
             .with_hparams(hparams);
         // Under ddp every rank runs this; rank 0 speaks for the run.

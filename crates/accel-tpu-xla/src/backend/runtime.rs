@@ -89,6 +89,8 @@ type Templates = HashMap<Vec<u8>, Vec<Arc<Template>>>;
 /// Templates kept per segment structure; the oldest goes first.
 const TEMPLATES_PER_STRUCTURE: usize = 4;
 
+/// The process's one runtime (the PJRT plugin is loaded and its client made once, on first use):
+/// a per-process cache, not a channel between modules.
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 
 /// The runtime, creating it on first use from the plugin [`plugin::find`] picks.

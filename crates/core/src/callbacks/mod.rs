@@ -6,6 +6,7 @@
 //! application registers by name (`Registry::register_callback`), are usable from Rust and
 //! from config (`--trainer.callbacks=[...]`, see [`from_spec`]).
 
+mod by_name;
 mod device_stats;
 mod early_stopping;
 mod ema;
@@ -19,13 +20,13 @@ mod weight_averaging;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Context;
 use burn::module::ParamId;
 use burn::tensor::TensorData;
 use serde_json::Value;
 
+pub use by_name::{BuiltCallbacks, CallbackFactory, from_spec, from_specs};
 pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingConfig};
 pub use ema::{EMAWeightAveraging, EmaConfig};
@@ -39,9 +40,7 @@ pub use weight_averaging::AveragedWeights;
 
 use crate::accelerator::DeviceStats;
 use crate::checkpoint_io::CheckpointIO;
-use crate::error::{FlagError, PlanResult};
 use crate::loggers::Loggers;
-use crate::options::{CallbackSpec, callback_key, init_args, unknown_callback};
 use crate::plugins::weights::Weights;
 use crate::stage::Stage;
 
@@ -413,82 +412,9 @@ pub trait Callback {
     }
 }
 
-/// Builds a callback registered by name from its `init_args` (a table; `{}` when none).
-pub type CallbackFactory = Arc<dyn Fn(&Value) -> anyhow::Result<Box<dyn Callback>>>;
-
-/// Builds a callback named in config: a built-in, else one of `registered`. Names match case-
-/// and `_`-insensitively, and a Lightning class path (`lightning.pytorch.callbacks.EarlyStopping`)
-/// uses its last part.
-pub fn from_spec(
-    spec: &CallbackSpec,
-    registered: &[(String, CallbackFactory)],
-) -> PlanResult<Box<dyn Callback>> {
-    let flag_error =
-        |message: String| FlagError::new("--trainer.callbacks", &spec.class_path, message);
-    Ok(match spec.known_name() {
-        Some("ModelCheckpoint") => Box::new(ModelCheckpoint::new(init_args(spec)?)),
-        Some("EarlyStopping") => Box::new(EarlyStopping::new(init_args(spec)?)?),
-        Some("BackboneFinetuning") => Box::new(BackboneFinetuning::new(init_args(spec)?)?),
-        Some("LearningRateMonitor") => Box::new(LearningRateMonitor::new(init_args(spec)?)),
-        Some("DeviceStatsMonitor") => Box::new(DeviceStatsMonitor::new(init_args(spec)?)),
-        Some("ProgressBar") => Box::new(ProgressBar::new(init_args(spec)?)),
-        Some("EMAWeightAveraging") => Box::new(EMAWeightAveraging::new(init_args(spec)?)?),
-        Some("StochasticWeightAveraging") => {
-            Box::new(StochasticWeightAveraging::new(init_args(spec)?)?)
-        }
-        _ => {
-            let key = callback_key(&spec.class_path);
-            let Some((_, factory)) = registered.iter().find(|(n, _)| callback_key(n) == key) else {
-                let names = registered.iter().map(|(n, _)| n.as_str());
-                return Err(flag_error(unknown_callback(names)));
-            };
-            factory(&spec.init_args).map_err(|e| flag_error(format!("{e:#}")))?
-        }
-    })
-}
-
-/// Builds every callback of a config list (a typo is a plan-time error).
-pub fn from_specs(
-    specs: &[CallbackSpec],
-    registered: &[(String, CallbackFactory)],
-) -> PlanResult<Vec<Box<dyn Callback>>> {
-    specs
-        .iter()
-        .map(|spec| from_spec(spec, registered))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn names_match_loosely_and_unknown_names_list_the_known() {
-        for name in [
-            "EarlyStopping",
-            "early_stopping",
-            "lightning.pytorch.callbacks.EarlyStopping",
-        ] {
-            let spec = CallbackSpec {
-                class_path: name.into(),
-                init_args: json!({"monitor": "val_loss"}),
-            };
-            assert_eq!(from_spec(&spec, &[]).unwrap().name(), "EarlyStopping");
-        }
-        let spec = CallbackSpec {
-            class_path: "Swa".into(),
-            init_args: json!({}),
-        };
-        let e = from_spec(&spec, &[]).err().unwrap();
-        assert!(e.message.contains("ModelCheckpoint"), "{e}");
-        let spec = CallbackSpec {
-            class_path: "EarlyStopping".into(),
-            init_args: json!({"monitor": "x", "patiense": 2}),
-        };
-        let e = from_spec(&spec, &[]).err().unwrap();
-        assert!(e.message.contains("patiense"), "{e}");
-    }
 
     #[test]
     fn modes_compare_with_min_delta() {

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::callbacks::{BuiltCallbacks, Callback};
 use crate::cluster::Env;
 use crate::config::{self, ConfigSources};
 use crate::connector::connect;
@@ -47,6 +48,10 @@ pub struct Invocation<M, D> {
     pub model: M,
     /// The `data` section.
     pub data: D,
+    /// The callbacks the trainer flags name, built once while planning (which refused any
+    /// that cannot be built); a job gives them to the Trainer's builder
+    /// ([`TrainerBuilder::callbacks`](crate::trainer::TrainerBuilder::callbacks)).
+    pub callbacks: BuiltCallbacks,
 }
 
 /// How a CLI invocation ended.
@@ -214,6 +219,7 @@ where
                     data,
                     plan,
                     inventory,
+                    callbacks,
                 } = *ready;
                 let engine = match (plan.world_size > 1, registry.engine()) {
                     (false, _) => None,
@@ -253,6 +259,7 @@ where
                     trainer,
                     model,
                     data,
+                    callbacks: BuiltCallbacks::new(callbacks),
                 });
                 match registry.run(job, &plan, collective.clone(), &inventory) {
                     Ok(out) => CliOutcome::Ran(out),
@@ -323,7 +330,10 @@ where
             return Ok(Prepared::Printed(yaml));
         }
         let trainer = TrainerFlags::from_value(&merged["trainer"])?;
-        crate::callbacks::from_specs(&trainer.options.callbacks, registry.factories().callbacks())?;
+        let callbacks = crate::callbacks::from_specs(
+            &trainer.options.callbacks,
+            registry.factories().callbacks(),
+        )?;
         crate::loggers::check_names(&trainer.options.logger, registry.factories().loggers())?;
         let model = section("model", &merged, defaults)?;
         let data = section("data", &merged, defaults)?;
@@ -342,6 +352,7 @@ where
             data,
             plan,
             inventory,
+            callbacks,
         })))
     }
 
@@ -444,4 +455,5 @@ struct Ready<M, D> {
     data: D,
     plan: Plan,
     inventory: Inventory,
+    callbacks: Vec<Box<dyn Callback>>,
 }

@@ -8,6 +8,7 @@ use anyhow::Context;
 
 use super::Trainer;
 use crate::accelerator::Accelerator;
+use crate::callbacks::BuiltCallbacks;
 use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::cluster::ClusterEnvironment;
 use crate::collective::{Collective, SingleProcess};
@@ -62,6 +63,8 @@ pub struct TrainerBuilder {
     cluster: Option<Arc<dyn ClusterEnvironment>>,
     /// A second plugin of one kind, refused when the Trainer is built.
     clash: Option<&'static str>,
+    /// The options' callbacks, built already (else the Trainer builds them).
+    callbacks: BuiltCallbacks,
 }
 
 impl TrainerBuilder {
@@ -76,7 +79,16 @@ impl TrainerBuilder {
             collective: context.collective.clone(),
             cluster: context.cluster.clone(),
             clash: None,
+            callbacks: BuiltCallbacks::default(),
         }
+    }
+
+    /// The callbacks the options name, built already (the CLI builds them once while planning,
+    /// where a bad one is refused): the Trainer takes them instead of building its own from
+    /// the options; taken by another Trainer before, they are built again.
+    pub fn callbacks(mut self, built: BuiltCallbacks) -> Self {
+        self.callbacks = built;
+        self
     }
 
     /// Plugins by value (instead of the plan's `plugins` names): at most one of each kind,
@@ -135,6 +147,7 @@ impl TrainerBuilder {
             collective,
             cluster,
             clash,
+            callbacks,
         } = self;
         if let Some(kind) = clash {
             anyhow::bail!("Trainer::builder was given two of one kind of plugin: a {kind} twice");
@@ -173,7 +186,8 @@ impl TrainerBuilder {
             Some(factory) => factory(parts)?,
             None => strategy_named(&plan.strategy, &factories, parts)?,
         };
-        let mut trainer = Trainer::with_strategy(device, options, strategy, factories)?;
+        let mut trainer =
+            Trainer::with_strategy(device, options, strategy, factories, callbacks.take())?;
         trainer.device_stats = A::device_stats;
         trainer.batch_scope = A::batch_scope;
         trainer.cluster = cluster;

@@ -259,16 +259,18 @@ impl<B: AutodiffBackend> Trainer<B> {
         let factories = Rc::new(PluginFactories::default());
         let parts = builder::parts(&plan, &options, &factories, Default::default())?;
         let strategy = Box::new(crate::plugins::strategy::SingleDevice::new(parts));
-        Self::with_strategy(device, options, strategy, factories)
+        Self::with_strategy(device, options, strategy, factories, None)
     }
 
     /// A Trainer on `device` run by `strategy`: the seed (rank 0's when there are several
-    /// processes) seeds the backend, and the callbacks of the options are built.
+    /// processes) seeds the backend, and the callbacks of the options are `built` already or
+    /// built here.
     fn with_strategy(
         device: B::Device,
         options: TrainerOptions,
         strategy: Box<dyn Strategy>,
         factories: Rc<PluginFactories>,
+        built: Option<Vec<Box<dyn Callback>>>,
     ) -> anyhow::Result<Self> {
         options.check()?;
         // Before the backend is seeded and the model initialised, as a hand-written loop
@@ -280,7 +282,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             .unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
         let seed = strategy.broadcast_seed(seed)?;
         B::seed(&device, seed);
-        let mut callbacks = callbacks::from_specs(&options.callbacks, factories.callbacks())?;
+        let mut callbacks = match built {
+            Some(callbacks) => callbacks,
+            None => callbacks::from_specs(&options.callbacks, factories.callbacks())?,
+        };
         if options.enable_progress_bar && !callbacks.iter().any(|c| c.name() == "ProgressBar") {
             callbacks.push(Box::new(ProgressBar::new(Default::default())));
         }

@@ -45,6 +45,8 @@ fn install() -> std::io::Result<Flags> {
     Ok(flags)
 }
 
+/// The process's stop flags, their handlers installed on first use (signal handlers are per
+/// process, so the flags are too).
 fn flags() -> anyhow::Result<&'static Flags> {
     static FLAGS: OnceLock<Result<Flags, String>> = OnceLock::new();
     FLAGS
