@@ -34,6 +34,8 @@ pub struct Loader<I> {
     pub skip_failed_items: bool,
     /// The shards' layout, for a loader over [`Shards`] (which reads them in a streaming order).
     stream: Option<StreamPlan>,
+    /// A shuffle buffer asked of a loader that reads no shards, refused when it is checked.
+    stray_buffer: Option<usize>,
     /// The loader's name in errors (train, val, ...).
     name: String,
     /// The worker threads, started by the first pass that needs them; a clone starts its own.
@@ -66,6 +68,7 @@ impl<I> Loader<I> {
             prefetch_factor: 2,
             skip_failed_items: false,
             stream: None,
+            stray_buffer: None,
             name: "data".into(),
             pool: Mutex::new(None),
         }
@@ -90,10 +93,12 @@ impl<I> Loader<I> {
 
     /// Holds `records` records in the shuffle buffer of a shuffled loader over shards
     /// (default 1024): each record read goes into the buffer, and a batch takes records from
-    /// it at random. Memory grows with it; so does how far a record can move.
+    /// it at random. Memory grows with it; so does how far a record can move. A loader that
+    /// reads no shards has no buffer, and the Trainer refuses one asked of it.
     pub fn shuffle_buffer(mut self, records: usize) -> Self {
-        if let Some(stream) = self.stream.as_mut() {
-            stream.buffer = records;
+        match self.stream.as_mut() {
+            Some(stream) => stream.buffer = records,
+            None => self.stray_buffer = Some(records),
         }
         self
     }
@@ -126,6 +131,7 @@ impl<I> Loader<I> {
             prefetch_factor: self.prefetch_factor,
             skip_failed_items: self.skip_failed_items,
             stream: self.stream.clone(),
+            stray_buffer: self.stray_buffer,
             name: self.name.clone(),
             pool: Mutex::new(None),
         }
@@ -197,6 +203,13 @@ impl<I> Loader<I> {
              each worker needs at least 1 batch to make",
             self.num_workers
         );
+        if let Some(records) = self.stray_buffer {
+            anyhow::bail!(
+                "the {name} loader (DataModule::{method}) was given a shuffle buffer of {records} \
+                 records, but it reads no shards: only a loader made by Loader::from_shards has one \
+                 (shuffled() shuffles any other whole)"
+            );
+        }
         self.name = name.to_string();
         Ok(self)
     }

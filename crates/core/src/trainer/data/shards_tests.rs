@@ -223,3 +223,15 @@ fn a_mapped_loader_over_shards_keeps_the_stream_order() {
     let firsts: Vec<usize> = out.iter().map(|pair| pair[0] as usize).collect();
     assert_eq!(firsts, records(&loader, 0, 0));
 }
+
+#[test]
+fn a_shuffle_buffer_on_a_loader_without_shards_is_refused_by_name() {
+    let plain = Loader::in_memory(0..10usize, 2)
+        .shuffled()
+        .shuffle_buffer(4);
+    let err = format!("{:#}", plain.checked("train").err().unwrap());
+    assert!(
+        err.contains("train loader") && err.contains("reads no shards"),
+        "{err}"
+    );
+}
