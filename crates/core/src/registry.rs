@@ -315,7 +315,6 @@ impl<J: Job> Registry<J> {
         description: &str,
         factory: impl Fn(&Path) -> anyhow::Result<L> + 'static,
     ) -> Result<Self, RegistryError> {
-        check_name("logger", name)?;
         if LoggerKind::is_reserved(name) {
             return Err(RegistryError::Duplicate {
                 what: "logger",
