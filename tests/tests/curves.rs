@@ -5,7 +5,6 @@
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::loggers::curves::{self, CURVES_FILE};
-use ember::options::LoggerKind;
 use ember::{Trainer, TrainerOptions};
 use ember_acceptance::regression::{Regression, data, serial};
 
@@ -28,7 +27,7 @@ fn a_fit_with_the_csv_logger_draws_its_curves() {
         max_epochs: Some(4),
         enable_progress_bar: false,
         enable_checkpointing: false,
-        logger: vec![LoggerKind::Csv],
+        logger: vec!["csv".to_owned()],
         log_every_n_steps: 1,
         default_root_dir: dir.path().to_owned(),
         ..TrainerOptions::default()

@@ -230,12 +230,61 @@ fn a_logger_cannot_take_a_name_the_logger_option_reads_and_one_by_any_other_name
         })
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let kinds = [ember::options::LoggerKind::Named("jsonl".into())];
+    let names = ["JsonlLogger".to_owned()];
     let mut loggers =
-        ember::loggers::Loggers::create(dir.path(), &kinds, registry.factories().loggers())
-            .unwrap();
+        ember::registered::build::loggers(dir.path(), &names, registry.plugins()).unwrap();
     loggers
         .log_metrics(&[("loss".to_owned(), 1.0)].into(), 3)
         .unwrap();
     assert_eq!(*seen.lock().unwrap(), ["loss"]);
+}
+
+#[test]
+fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
+    let registry = ember::Registry::<WhoRuns>::new();
+    let catalog = registry.catalog();
+    let strategies: Vec<&str> = catalog.strategies.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(strategies, ["single_device", "ddp", "ddp_sharded", "xla"]);
+    let precisions: Vec<&str> = catalog.plugins.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        precisions,
+        [
+            "32-true",
+            "64-true",
+            "16-true",
+            "bf16-true",
+            "16-mixed",
+            "bf16-mixed"
+        ]
+    );
+    let callbacks: Vec<&str> = catalog.callbacks.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        callbacks.contains(&"EarlyStopping") && callbacks.len() == 8,
+        "{callbacks:?}"
+    );
+    let loggers: Vec<&str> = catalog.loggers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(loggers, ["csv", "tensorboard", "mlflow"]);
+
+    // Their names are taken, as a user's would be.
+    assert!(
+        ember::Registry::<WhoRuns>::new()
+            .register_precision("16-mixed", "again", || ember::MixedPrecision::bf16())
+            .is_err()
+    );
+    assert!(
+        ember::Registry::<WhoRuns>::new()
+            .register_callback("early_stopping", "again", |_| Ok(
+                ember::callbacks::ProgressBar::new(Default::default())
+            ))
+            .is_err()
+    );
+    // An override replaces a built-in strategy in the catalog and in what builds it.
+    let replaced = ember::Registry::<WhoRuns>::new()
+        .register_override_strategy(ember::StrategyInfo::new("ddp", "mine", true), |parts| {
+            Ok(Box::new(ember::SingleDevice::new(parts)))
+        })
+        .unwrap();
+    let ddp = replaced.catalog().strategy("ddp").unwrap();
+    assert_eq!(ddp.description, "mine");
+    assert_eq!(replaced.catalog().strategies.len(), 4);
 }

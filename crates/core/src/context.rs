@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::cluster::{ClusterEnvironment, builtin_environments};
 use crate::collective::Collective;
-use crate::factories::PluginFactories;
 use crate::plan::Plan;
+use crate::registered::Plugins;
 
 /// A job's plan, collective and registered plugins.
 #[derive(Clone)]
@@ -17,17 +17,16 @@ pub struct RunContext {
     pub plan: Plan,
     /// The collective joining the run's ranks; `None` for one process.
     pub collective: Option<Rc<dyn Collective>>,
-    /// Strategies, precision plugins, checkpoint IOs, callbacks and loggers by name (the
-    /// built-in strategies and whatever the registry added).
-    pub factories: Rc<PluginFactories>,
+    /// Strategies, precision plugins, checkpoint IOs, callbacks and loggers by name (ember's
+    /// own and whatever the registry added).
+    pub plugins: Rc<Plugins>,
     /// The cluster environment the plan names (`None` for one the registry does not hold):
     /// what asks the scheduler to requeue the job after a SIGUSR1 stop.
     pub cluster: Option<Arc<dyn ClusterEnvironment>>,
 }
 
 impl RunContext {
-    /// One process with the built-in strategies only: a program that drives the Trainer
-    /// itself.
+    /// One process with ember's own plugins only: a program that drives the Trainer itself.
     pub fn local(plan: Plan) -> Self {
         let cluster = builtin_environments()
             .into_iter()
@@ -35,7 +34,7 @@ impl RunContext {
         Self {
             plan,
             collective: None,
-            factories: Rc::new(PluginFactories::default()),
+            plugins: Rc::new(Plugins::builtin()),
             cluster,
         }
     }

@@ -20,7 +20,6 @@ pub mod checkpoint_io;
 pub mod child;
 pub mod cli;
 pub mod context;
-pub mod factories;
 pub mod host_alloc;
 pub mod host_float;
 pub mod job;
@@ -30,6 +29,7 @@ pub mod optim;
 pub mod plugins;
 pub mod prelude;
 pub mod quiet;
+pub mod registered;
 pub mod registry;
 pub mod trainer;
 pub mod vision;
@@ -59,7 +59,7 @@ pub use plugins::sharded::DdpSharded;
 pub use plugins::strategy::{OptimizerSharding, SingleDevice, Strategy, StrategyParts};
 pub use plugins::weights::Weights;
 pub use precision::Precision;
-pub use registry::{Registry, RegistryError};
+pub use registry::{Plugins, Registry, RegistryError};
 pub use strategy::StrategyInfo;
 pub use trainer::data::{
     ArrayFile, Batches, DataLoaders, DataModule, DataSource, FromDataModule, Given, ItemKey,

@@ -10,7 +10,7 @@ use crate::devices::DevicesFlag;
 use crate::error::list;
 use crate::precision::Precision;
 use crate::process_group;
-use crate::strategy::{StrategyInfo, builtin_strategies};
+use crate::strategy::StrategyInfo;
 
 /// Names that select accelerators indirectly and so cannot be registered.
 pub const RESERVED_ACCELERATOR_NAMES: [&str; 2] = ["auto", "gpu"];
@@ -72,24 +72,32 @@ pub struct PluginInfo {
     pub check: Option<PlanCheck>,
 }
 
-/// Registered accelerators, strategies, plugins and cluster environments, in registration order.
+impl PluginInfo {
+    /// Whether it is a precision plugin under a name of its own, not the plugin of a named
+    /// precision (`16-mixed`).
+    pub fn is_own_precision_plugin(&self) -> bool {
+        matches!(self.kind, PluginKind::Precision(base) if base.name() != self.name)
+    }
+}
+
+/// Registered accelerators, strategies, plugins, cluster environments, callbacks and loggers,
+/// in registration order (ember's own first; an empty catalog knows the built-in cluster
+/// environments alone).
 #[derive(Clone)]
 pub struct Catalog {
     /// Accelerators.
     pub accelerators: Vec<AcceleratorSpec>,
     /// Strategies.
     pub strategies: Vec<StrategyInfo>,
-    /// Precision plugins and checkpoint IOs registered by name (the six named precisions and
-    /// `sync`/`async` checkpointing are built in and not listed).
+    /// Precision plugins (the six named precisions' among them) and checkpoint IOs registered
+    /// by name.
     pub plugins: Vec<PluginInfo>,
     /// Cluster environments in detection order: those the application registered, then the
     /// built-ins (local last).
     pub cluster_environments: Vec<Arc<dyn ClusterEnvironment>>,
-    /// Callbacks the application registered by name, with their descriptions (the built-ins
-    /// are `options::CALLBACK_NAMES`).
+    /// Callbacks registered by name, with their descriptions.
     pub callbacks: Vec<(String, String)>,
-    /// Loggers the application registered by name, with their descriptions (the built-ins are
-    /// csv and tensorboard).
+    /// Loggers registered by name, with their descriptions.
     pub loggers: Vec<(String, String)>,
 }
 
@@ -97,7 +105,7 @@ impl Default for Catalog {
     fn default() -> Self {
         Self {
             accelerators: Vec::new(),
-            strategies: builtin_strategies(),
+            strategies: Vec::new(),
             plugins: Vec::new(),
             cluster_environments: builtin_environments(),
             callbacks: Vec::new(),
@@ -183,12 +191,19 @@ impl Catalog {
         .join("; ")
     }
 
-    /// The registered precision plugins' names, in registration order.
+    /// The names of the precision plugins registered under names of their own (not the six
+    /// named precisions'), in registration order.
     pub fn precision_plugin_names(&self) -> impl Iterator<Item = &str> {
         self.plugins
             .iter()
-            .filter(|p| matches!(p.kind, PluginKind::Precision(_)))
+            .filter(|p| p.is_own_precision_plugin())
             .map(|p| p.name.as_str())
+    }
+
+    /// The precision plugin `name` selects as a name of its own: not one of the six named
+    /// precisions (those select the plugin registered under them, the plan's default).
+    pub fn own_precision_plugin(&self, name: &str) -> Option<&PluginInfo> {
+        self.plugin(name).filter(|p| p.is_own_precision_plugin())
     }
 
     /// `auto, gpu, cpu, cuda, ...`: every name `--trainer.accelerator` accepts.

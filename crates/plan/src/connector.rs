@@ -85,7 +85,8 @@ pub fn connect(
         precision,
         deterministic: flags.deterministic,
         flush_denormal,
-        plugins: chosen.names,
+        precision_plugin: chosen.precision_plugin,
+        checkpoint_io: chosen.checkpoint_io,
         process_group_backend,
         cluster_environment: environment.name().to_owned(),
         world_size: ranks.world_size,
@@ -139,7 +140,12 @@ fn check_choices(
         let why = format!("strategy {} cannot run this plan: {why}", plan.strategy);
         return Err(FlagError::new("--trainer.strategy", &flags.strategy, why));
     }
-    if let Some((flag, plugin)) = chosen_by.precision_plugin
+    // The precision plugin the plan builds: the one chosen, else its precision's own.
+    let precision_plugin = chosen_by.precision_plugin.or_else(|| {
+        let plugin = catalog.plugin(plan.precision.name())?;
+        Some(("--trainer.precision", plugin))
+    });
+    if let Some((flag, plugin)) = precision_plugin
         && let Some(Err(why)) = plugin.check.as_ref().map(|c| c.check(plan))
     {
         let why = format!(
@@ -308,8 +314,10 @@ fn select_precision(
 /// What `--trainer.plugins`, `--trainer.precision` and `--trainer.cluster_environment` chose
 /// among the registered plugins.
 struct ChosenPlugins<'c> {
-    /// Plugin names the Trainer builds (precision plugin, checkpoint IO), in the order given.
-    names: Vec<String>,
+    /// The precision plugin chosen under a name of its own.
+    precision_plugin: Option<String>,
+    /// The checkpoint IO chosen by name.
+    checkpoint_io: Option<String>,
     /// The named precision a registered precision plugin builds on.
     precision_base: Option<&'c str>,
     /// The cluster environment chosen by name.
@@ -322,7 +330,8 @@ struct ChosenPlugins<'c> {
 
 fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<ChosenPlugins<'c>> {
     let mut chosen = ChosenPlugins {
-        names: Vec::new(),
+        precision_plugin: None,
+        checkpoint_io: None,
         precision_base: None,
         environment: None,
         process_group: None,
@@ -345,16 +354,13 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
         })?);
     }
     let precision = flags.precision.trim().to_ascii_lowercase();
-    let named_precision = catalog
-        .plugin(&precision)
-        .filter(|p| matches!(p.kind, PluginKind::Precision(_)));
+    let named_precision = catalog.own_precision_plugin(&precision);
     let given = flags
         .plugins
         .iter()
         .map(|n| ("--trainer.plugins", n.as_str()));
     let from_precision = named_precision.map(|p| ("--trainer.precision", p.name.as_str()));
     refuse_repeats(&flags.plugins)?;
-    let (mut precision_plugin, mut checkpoint_io) = (None::<&str>, None::<&str>);
     for (flag, value) in from_precision.into_iter().chain(given) {
         let name = value.trim().to_ascii_lowercase();
         let clash = |what: &str, first: &str| {
@@ -392,34 +398,36 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
                 format!("unknown plugin; allowed: {}", catalog.plugin_choices()),
             )
         })?;
-        let slot = match info.kind {
+        let (slot, what) = match info.kind {
             PluginKind::Precision(base) => {
+                if let Some(first) = chosen.by.precision_plugin.map(|(_, p)| p)
+                    && first.name != info.name
+                {
+                    return Err(clash("precision plugin", &first.name));
+                }
                 chosen.precision_base = Some(base.name());
                 chosen.by.precision_plugin = Some((flag, info));
-                &mut precision_plugin
+                // A named precision's own plugin is the plan's default for it.
+                if !info.is_own_precision_plugin() {
+                    continue;
+                }
+                (&mut chosen.precision_plugin, "precision plugin")
             }
-            PluginKind::CheckpointIo => &mut checkpoint_io,
+            PluginKind::CheckpointIo => (&mut chosen.checkpoint_io, "checkpoint IO"),
         };
         match slot {
-            Some(first) if *first != info.name => {
-                let what = match info.kind {
-                    PluginKind::Precision(_) => "precision plugin",
-                    PluginKind::CheckpointIo => "checkpoint IO",
-                };
-                return Err(clash(what, first));
-            }
-            Some(_) => {}
-            None => {
-                *slot = Some(info.name.as_str());
-                chosen.names.push(info.name.clone());
-            }
+            Some(first) if *first != info.name => return Err(clash(what, first)),
+            _ => *slot = Some(info.name.clone()),
         }
     }
     // A precision plugin from --trainer.plugins sets the precision unless the flag asks for
     // another one than the default.
-    if let (Some(plugin), Some(base), None) =
-        (precision_plugin, chosen.precision_base, named_precision)
-    {
+    if let (Some((_, info)), Some(base), None) = (
+        chosen.by.precision_plugin,
+        chosen.precision_base,
+        named_precision,
+    ) {
+        let plugin = &info.name;
         let asked = parse_precision(&flags.precision, catalog)?;
         if asked != Precision::F32True && asked.name() != base {
             return Err(FlagError::new(

@@ -26,10 +26,14 @@ pub struct Plan {
     /// Whether host threads flush subnormal floats to zero (`--trainer.flush_denormal`, on by
     /// default for CPU accelerators). The Trainer sets the mode from this field alone.
     pub flush_denormal: bool,
-    /// Registered plugins the Trainer builds by name (a precision plugin, a checkpoint IO), as
-    /// `--trainer.plugins` or `--trainer.precision` named them; shown only when there are some.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub plugins: Vec<String>,
+    /// The precision plugin the Trainer builds, as `--trainer.plugins` or `--trainer.precision`
+    /// named it; `None` (not shown): the plugin registered under `precision`'s name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision_plugin: Option<String>,
+    /// The checkpoint IO the Trainer builds, as `--trainer.plugins` named it; `None` (not
+    /// shown): local files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_io: Option<String>,
     /// What `ddp`'s ranks reduce gradients through (`nccl`: on the device; `mpi`: host
     /// buffers through the engine that started the ranks), as `--trainer.plugins` chose it or
     /// the accelerator's default; shown for strategies other than single_device.
@@ -80,7 +84,8 @@ impl Plan {
             precision,
             deterministic: false,
             flush_denormal: crate::accelerator::FLUSH_DENORMAL_SUPPORTED,
-            plugins: Vec::new(),
+            precision_plugin: None,
+            checkpoint_io: None,
             process_group_backend: None,
             cluster_environment: crate::names::LOCAL.to_owned(),
             world_size: 1,

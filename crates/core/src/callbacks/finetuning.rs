@@ -168,10 +168,15 @@ mod tests {
             init_args,
         };
         let args = serde_json::json!({"unfreeze_backbone_at_epoch": 3, "backbone": "encoder"});
-        let callback = super::super::from_spec(&spec(args), &[]).unwrap();
+        let callback =
+            crate::registered::build::callback(&spec(args), &crate::registered::Plugins::builtin())
+                .unwrap();
         assert_eq!(callback.name(), "BackboneFinetuning");
         let typo = serde_json::json!({"unfreeze_at": 3});
-        let e = super::super::from_spec(&spec(typo), &[]).err().unwrap();
+        let e =
+            crate::registered::build::callback(&spec(typo), &crate::registered::Plugins::builtin())
+                .err()
+                .unwrap();
         assert!(e.message.contains("unfreeze_at"), "{e}");
     }
 }

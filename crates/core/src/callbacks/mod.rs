@@ -26,7 +26,7 @@ use burn::module::ParamId;
 use burn::tensor::TensorData;
 use serde_json::Value;
 
-pub use by_name::{BuiltCallbacks, CallbackFactory, from_spec, from_specs};
+pub use by_name::{BuiltCallbacks, CallbackFactory};
 pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingConfig};
 pub use ema::{EMAWeightAveraging, EmaConfig};

@@ -246,11 +246,8 @@ mod tests {
     use super::*;
 
     fn swa(args: Value) -> PlanResult<StochasticWeightAveraging> {
-        let spec = crate::options::CallbackSpec {
-            class_path: "lightning.pytorch.callbacks.StochasticWeightAveraging".into(),
-            init_args: args,
-        };
-        let config = crate::options::init_args(&spec)?;
+        let class_path = "lightning.pytorch.callbacks.StochasticWeightAveraging";
+        let config = crate::options::init_args(class_path, &args)?;
         StochasticWeightAveraging::new(config)
     }
 

@@ -6,8 +6,6 @@ use serde_json::Value;
 
 use crate::catalog::{Catalog, PluginKind};
 use crate::error::list;
-use crate::options::CALLBACK_NAMES;
-use crate::precision::Precision;
 
 /// The `--help` epilogue: registered accelerators and strategies, and the app's config keys.
 pub(super) fn names_help(catalog: &Catalog, defaults: &Value) -> String {
@@ -26,12 +24,10 @@ pub(super) fn names_help(catalog: &Catalog, defaults: &Value) -> String {
             .iter()
             .map(|s| (s.name.as_str(), s.description.as_str())),
     );
-    let precisions = Precision::ALL.iter().map(|p| (p.name(), "built in")).chain(
-        catalog.plugins.iter().filter_map(|p| match p.kind {
-            PluginKind::Precision(_) => Some((p.name.as_str(), p.description.as_str())),
-            PluginKind::CheckpointIo => None,
-        }),
-    );
+    let precisions = catalog.plugins.iter().filter_map(|p| match p.kind {
+        PluginKind::Precision(_) => Some((p.name.as_str(), p.description.as_str())),
+        PluginKind::CheckpointIo => None,
+    });
     let environments = std::iter::once(("auto", "detect, in this order:")).chain(
         catalog
             .cluster_environments
@@ -64,18 +60,14 @@ pub(super) fn names_help(catalog: &Catalog, defaults: &Value) -> String {
         ),
         (
             "Callbacks (--trainer.callbacks; settings as {class_path, init_args}):",
-            CALLBACK_NAMES
-                .into_iter()
-                .chain(
-                    catalog
-                        .callbacks
-                        .iter()
-                        .map(|(n, d)| (n.as_str(), d.as_str())),
-                )
+            catalog
+                .callbacks
+                .iter()
+                .map(|(n, d)| (n.as_str(), d.as_str()))
                 .collect(),
         ),
         (
-            "Loggers registered by this program (--trainer.logger, beside csv and tensorboard):",
+            "Loggers (--trainer.logger; true is csv):",
             catalog
                 .loggers
                 .iter()

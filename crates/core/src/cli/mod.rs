@@ -22,6 +22,7 @@ use crate::flags::{TrainerFlags, trainer_keys};
 use crate::inventory::Inventory;
 use crate::job::Job;
 use crate::plan::{Launcher, Plan};
+use crate::registered::build;
 use crate::registry::Registry;
 use crate::trainer::{AgreedError, signals};
 use help::names_help;
@@ -330,11 +331,8 @@ where
             return Ok(Prepared::Printed(yaml));
         }
         let trainer = TrainerFlags::from_value(&merged["trainer"])?;
-        let callbacks = crate::callbacks::from_specs(
-            &trainer.options.callbacks,
-            registry.factories().callbacks(),
-        )?;
-        crate::loggers::check_names(&trainer.options.logger, registry.factories().loggers())?;
+        let callbacks = build::callbacks(&trainer.options.callbacks, registry.plugins())?;
+        build::logger_names(&trainer.options.logger, registry.plugins())?;
         let model = section("model", &merged, defaults)?;
         let data = section("data", &merged, defaults)?;
         let inventory = Inventory::from_env(env, registry.catalog())?;

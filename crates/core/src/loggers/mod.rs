@@ -22,28 +22,8 @@ pub use mlflow::MlflowLogger;
 pub use tensorboard::{TensorBoardLogger, masked_crc};
 pub use tracing_logger::TracingLogger;
 
-use crate::error::{FlagError, PlanResult};
-use crate::options::{LoggerKind, unknown_logger};
-
 /// Builds a logger registered by name, writing under the run's version directory.
 pub type LoggerFactory = Arc<dyn Fn(&Path) -> anyhow::Result<Box<dyn Logger>>>;
-
-/// Refuses a logger name that is neither built in nor in `registered` (a plan-time error).
-pub fn check_names(kinds: &[LoggerKind], registered: &[(String, LoggerFactory)]) -> PlanResult<()> {
-    for kind in kinds {
-        if let LoggerKind::Named(name) = kind
-            && !registered.iter().any(|(n, _)| n == name)
-        {
-            let names = registered.iter().map(|(n, _)| n.as_str());
-            return Err(FlagError::new(
-                "--trainer.logger",
-                name,
-                unknown_logger(names),
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// Name of the directory under `default_root_dir` that holds the versions.
 pub const LOGS_DIR_NAME: &str = "lightning_logs";
@@ -79,47 +59,14 @@ impl Loggers {
         Self::default()
     }
 
-    /// The loggers named by `kinds` (built in, or built by a `registered` factory), in a fresh
-    /// version directory under `root`, plus the tracing text logger. With no kinds there is no
-    /// directory.
-    pub fn create(
-        root: &Path,
-        kinds: &[LoggerKind],
-        registered: &[(String, LoggerFactory)],
-    ) -> anyhow::Result<Self> {
-        check_names(kinds, registered)?;
-        let mut loggers: Vec<Box<dyn Logger>> = vec![Box::new(TracingLogger)];
-        if kinds.is_empty() {
-            return Ok(Self {
-                loggers,
-                log_dir: None,
-            });
+    /// `loggers` writing in `log_dir`, plus the tracing text logger.
+    pub fn new(loggers: Vec<Box<dyn Logger>>, log_dir: Option<PathBuf>) -> Self {
+        let mut all: Vec<Box<dyn Logger>> = vec![Box::new(TracingLogger)];
+        all.extend(loggers);
+        Self {
+            loggers: all,
+            log_dir,
         }
-        let log_dir = next_version_dir(&root.join(LOGS_DIR_NAME))?;
-        // A tracker keeps its run elsewhere: the csv logger keeps a copy here.
-        let local_copy = kinds.contains(&LoggerKind::MlFlow) && !kinds.contains(&LoggerKind::Csv);
-        if local_copy {
-            loggers.push(Box::new(CsvLogger::new(&log_dir)));
-        }
-        for kind in kinds {
-            match kind {
-                LoggerKind::Csv => loggers.push(Box::new(CsvLogger::new(&log_dir))),
-                LoggerKind::TensorBoard => {
-                    loggers.push(Box::new(TensorBoardLogger::new(&log_dir)?))
-                }
-                LoggerKind::MlFlow => loggers.push(Box::new(MlflowLogger::new(&log_dir)?)),
-                LoggerKind::Named(name) => {
-                    for (_, factory) in registered.iter().filter(|(n, _)| n == name) {
-                        let logger = factory(&log_dir).with_context(|| format!("logger {name}"))?;
-                        loggers.push(logger);
-                    }
-                }
-            }
-        }
-        Ok(Self {
-            loggers,
-            log_dir: Some(log_dir),
-        })
     }
 
     /// Adds a logger written in Rust.
@@ -167,7 +114,7 @@ impl Loggers {
 }
 
 /// Creates `<dir>/version_N` with N one past the highest existing version.
-fn next_version_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+pub fn next_version_dir(dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut next = 0;
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {

@@ -2,10 +2,10 @@
 //! checkpoint IO (cluster environments live with the plan, in [`crate::cluster`]).
 //!
 //! Each is a trait a user can implement outside ember and either register by name (then it is
-//! selectable from the command line) or hand to the Trainer's builder. The registry keeps the
-//! factories of those registered by name ([`PluginFactories`](crate::factories::PluginFactories),
-//! the built-in strategies included) and passes them to the job in its [`RunContext`](crate::context::RunContext), from
-//! which the Trainer builds what the plan names. See `docs/plugins.md`.
+//! selectable from the command line) or hand to the Trainer's builder. Those registered by name,
+//! ember's own included, are [`Plugins`](crate::registry::Plugins); the registry passes them to
+//! the job in its [`RunContext`](crate::context::RunContext), from which the Trainer builds
+//! what the plan names. See `docs/plugins.md`.
 
 pub mod access;
 pub mod ddp;

@@ -13,12 +13,12 @@ use crate::checkpoint_io::{AsyncCheckpointIO, CheckpointIO, LocalCheckpointIO};
 use crate::cluster::ClusterEnvironment;
 use crate::collective::{Collective, SingleProcess};
 use crate::context::RunContext;
-use crate::factories::PluginFactories;
 use crate::options::{CheckpointWrites, TrainerOptions};
 use crate::plan::Plan;
 use crate::plugins::dtype;
-use crate::plugins::precision::{self, PrecisionPlugin};
+use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::strategy::{Strategy, StrategyFactory, StrategyParts};
+use crate::registered::Plugins;
 
 /// A plugin given to [`TrainerBuilder::plugins`], as Lightning's `Trainer(plugins=[...])`
 /// takes them. (A cluster environment decides the plan's ranks, so it is registered on the
@@ -53,7 +53,7 @@ impl Plugin {
 pub struct TrainerBuilder {
     plan: Plan,
     /// What builds the parts the plan names.
-    factories: Rc<PluginFactories>,
+    plugins: Rc<Plugins>,
     options: TrainerOptions,
     strategy: Option<StrategyFactory>,
     precision: Option<Box<dyn PrecisionPlugin>>,
@@ -71,7 +71,7 @@ impl TrainerBuilder {
     pub(super) fn new(context: &RunContext, options: TrainerOptions) -> Self {
         Self {
             plan: context.plan.clone(),
-            factories: Rc::clone(&context.factories),
+            plugins: Rc::clone(&context.plugins),
             options,
             strategy: None,
             precision: None,
@@ -139,7 +139,7 @@ impl TrainerBuilder {
     pub fn build<A: Accelerator>(self) -> anyhow::Result<Trainer<A::Backend>> {
         let Self {
             plan,
-            factories,
+            plugins,
             options,
             strategy,
             precision,
@@ -174,7 +174,7 @@ impl TrainerBuilder {
             checkpoint_io,
             collective,
         };
-        let mut parts = parts(&plan, &options, &factories, given)?;
+        let mut parts = parts(&plan, &options, &plugins, given)?;
         if plan.process_group_backend.is_some()
             && plan.process_group_backend.as_deref() == A::device_collective_name()
         {
@@ -184,10 +184,10 @@ impl TrainerBuilder {
         dtype::apply::<A::Backend>(&device, parts.precision.precision())?;
         let strategy = match strategy {
             Some(factory) => factory(parts)?,
-            None => strategy_named(&plan.strategy, &factories, parts)?,
+            None => plugins.strategy(&plan.strategy, parts)?,
         };
         let mut trainer =
-            Trainer::with_strategy(device, options, strategy, factories, callbacks.take())?;
+            Trainer::with_strategy(device, options, strategy, plugins, callbacks.take())?;
         trainer.device_stats = A::device_stats;
         trainer.batch_scope = A::batch_scope;
         trainer.cluster = cluster;
@@ -207,7 +207,7 @@ pub(super) struct Given {
 pub(super) fn parts(
     plan: &Plan,
     options: &TrainerOptions,
-    factories: &PluginFactories,
+    plugins: &Plugins,
     given: Given,
 ) -> anyhow::Result<StrategyParts> {
     let Given {
@@ -215,20 +215,18 @@ pub(super) fn parts(
         checkpoint_io,
         collective,
     } = given;
-    if let Some(missing) = plan
-        .plugins
-        .iter()
-        .find(|n| factories.precision(n).is_none() && factories.checkpoint_io(n).is_none())
-    {
-        anyhow::bail!(
-            "the plan names plugin `{missing}`, which is not registered in this job's context: run through ember's Cli with the Registry that registers it, or pass it to Trainer::builder(..)"
-        );
-    }
     let precision = match precision {
         Some(plugin) => plugin,
-        None => precision_named(plan, factories)?,
+        None => plugins.precision(plan)?,
     };
-    let checkpoint_io = checkpoint_io.unwrap_or_else(|| checkpoint_io_named(plan, factories));
+    // Local files unless one was given or named; either way `--trainer.checkpoint_io=async`
+    // (the default) then writes through it on a background thread.
+    let checkpoint_io = match checkpoint_io {
+        Some(io) => io,
+        None => plugins
+            .checkpoint_io(plan)?
+            .unwrap_or_else(|| Arc::new(LocalCheckpointIO)),
+    };
     let checkpoint_io = match options.checkpoint_io {
         CheckpointWrites::Async => Arc::new(AsyncCheckpointIO::wrapping(checkpoint_io)),
         CheckpointWrites::Sync => checkpoint_io,
@@ -251,50 +249,4 @@ pub(super) fn parts(
         sync_batchnorm: options.sync_batchnorm,
         device_collective: None,
     })
-}
-
-/// The precision plugin `plan.plugins` names, else the built-in one of `plan.precision`.
-fn precision_named(
-    plan: &Plan,
-    factories: &PluginFactories,
-) -> anyhow::Result<Box<dyn PrecisionPlugin>> {
-    for name in &plan.plugins {
-        if let Some(factory) = factories.precision(name) {
-            let plugin = factory();
-            anyhow::ensure!(
-                plugin.precision() == plan.precision,
-                "precision plugin {name} runs {}, but the plan says {}",
-                plugin.precision(),
-                plan.precision
-            );
-            return Ok(plugin);
-        }
-    }
-    Ok(precision::builtin(plan.precision))
-}
-
-/// The checkpoint IO `plan.plugins` names, else local files. Whichever it is,
-/// `--trainer.checkpoint_io=async` (the default) then writes through it on a background thread.
-fn checkpoint_io_named(plan: &Plan, factories: &PluginFactories) -> Arc<dyn CheckpointIO> {
-    plan.plugins
-        .iter()
-        .find_map(|name| factories.checkpoint_io(name))
-        .map_or_else(
-            || Arc::new(LocalCheckpointIO) as Arc<dyn CheckpointIO>,
-            |f| f(),
-        )
-}
-
-/// The strategy registered as `name` (the built-ins, or what the registry registered).
-fn strategy_named(
-    name: &str,
-    factories: &PluginFactories,
-    parts: StrategyParts,
-) -> anyhow::Result<Box<dyn Strategy>> {
-    let factory = factories.strategy(name).with_context(|| {
-        format!(
-            "the plan names strategy `{name}`, which is not registered in this job's context (register it on the Registry the CLI runs, or pass it to Trainer::builder(..).strategy(..))"
-        )
-    })?;
-    factory(parts)
 }

@@ -39,20 +39,20 @@ use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
 use crate::accelerator::{Accelerator, DeviceStats};
-use crate::callbacks::{self, Callback, ModelCheckpoint, ProgressBar};
+use crate::callbacks::{Callback, ModelCheckpoint, ProgressBar};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::collective::Collective;
 use crate::context::RunContext;
 use crate::error::FlagError;
-use crate::factories::PluginFactories;
 use crate::loggers::{Logger, Loggers};
-use crate::options::{LoggerKind, TrainerOptions};
+use crate::options::TrainerOptions;
 use crate::plan::Plan;
 use crate::plugins::precision::{MixedPrecision, PrecisionPlugin};
 use crate::plugins::scaler::{self, GradScaler};
 use crate::plugins::shard::Shard;
 use crate::plugins::strategy::Strategy;
+use crate::registered::Plugins;
 use crate::stage::Stage;
 pub use agree::AgreedError;
 pub use builder::{Plugin, TrainerBuilder};
@@ -111,7 +111,7 @@ pub struct Trainer<B: AutodiffBackend> {
     extra_loggers: Vec<Box<dyn Logger>>,
     loggers: Option<Loggers>,
     /// The loggers (and callbacks) registered by name that the options may name.
-    factories: Rc<PluginFactories>,
+    plugins: Rc<Plugins>,
     hparams: Value,
     device_stats: fn(&B::Device) -> DeviceStats,
     /// Told around each batch the loops make (the accelerator's; by default nothing).
@@ -256,10 +256,10 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// own, or [`on_accelerator`](Self::on_accelerator)).
     pub fn on_device(device: B::Device, options: TrainerOptions) -> anyhow::Result<Self> {
         let plan = Plan::local("", crate::precision::Precision::F32True);
-        let factories = Rc::new(PluginFactories::default());
-        let parts = builder::parts(&plan, &options, &factories, Default::default())?;
+        let plugins = Rc::new(Plugins::builtin());
+        let parts = builder::parts(&plan, &options, &plugins, Default::default())?;
         let strategy = Box::new(crate::plugins::strategy::SingleDevice::new(parts));
-        Self::with_strategy(device, options, strategy, factories, None)
+        Self::with_strategy(device, options, strategy, plugins, None)
     }
 
     /// A Trainer on `device` run by `strategy`: the seed (rank 0's when there are several
@@ -269,7 +269,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         device: B::Device,
         options: TrainerOptions,
         strategy: Box<dyn Strategy>,
-        factories: Rc<PluginFactories>,
+        plugins: Rc<Plugins>,
         built: Option<Vec<Box<dyn Callback>>>,
     ) -> anyhow::Result<Self> {
         options.check()?;
@@ -284,7 +284,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         B::seed(&device, seed);
         let mut callbacks = match built {
             Some(callbacks) => callbacks,
-            None => callbacks::from_specs(&options.callbacks, factories.callbacks())?,
+            None => crate::registered::build::callbacks(&options.callbacks, &plugins)?,
         };
         if options.enable_progress_bar && !callbacks.iter().any(|c| c.name() == "ProgressBar") {
             callbacks.push(Box::new(ProgressBar::new(Default::default())));
@@ -302,7 +302,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             callbacks,
             extra_loggers: Vec::new(),
             loggers: None,
-            factories,
+            plugins,
             hparams: Value::Null,
             device_stats: |_| DeviceStats::new(),
             batch_scope: |_, _| {},
@@ -457,13 +457,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         Ok(optimizers.manual)
     }
 
-    /// Draws `curves.png` beside metrics.csv in `log_dir` (csv logger, which mlflow brings). A failure is a
+    /// Draws `curves.png` beside the csv logger's metrics.csv in `log_dir`. A failure is a
     /// warning: the run's results stand without the picture.
     fn write_curves(&self, log_dir: Option<&Path>) {
-        let kinds = &self.options.logger;
-        if !kinds.contains(&LoggerKind::Csv) && !kinds.contains(&LoggerKind::MlFlow) {
-            return;
-        }
         // A run too short to log a metric has nothing to draw.
         if let Some(dir) = log_dir
             && dir.join(crate::loggers::METRICS_FILE).exists()

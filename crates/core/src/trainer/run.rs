@@ -367,10 +367,10 @@ impl<B: AutodiffBackend> Trainer<B> {
     pub(super) fn ensure_loggers(&mut self) -> anyhow::Result<()> {
         if self.loggers.is_none() {
             let mut loggers = if self.is_global_zero() && self.options.fast_dev_run == 0 {
-                Loggers::create(
+                crate::registered::build::loggers(
                     &self.options.default_root_dir,
                     &self.options.logger,
-                    self.factories.loggers(),
+                    &self.plugins,
                 )?
             } else {
                 Loggers::none()

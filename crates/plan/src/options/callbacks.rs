@@ -15,88 +15,35 @@ pub struct CallbackSpec {
     pub init_args: Value,
 }
 
-/// The callbacks config can name, with what each does (ember-core builds them).
-pub const CALLBACK_NAMES: [(&str, &str); 8] = [
-    (
-        "ModelCheckpoint",
-        "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename)",
-    ),
-    (
-        "EarlyStopping",
-        "stop when a metric stops improving (monitor, mode, patience, min_delta, check_finite)",
-    ),
-    (
-        "BackboneFinetuning",
-        "freeze the model's backbone, then train it at a rising share of the rate (backbone, unfreeze_backbone_at_epoch, multiplier, backbone_initial_ratio_lr, should_align, train_bn)",
-    ),
-    (
-        "EMAWeightAveraging",
-        "validate, save and end fit with an exponential moving average of the weights (decay, update_every_n_steps, update_starting_at_step, update_starting_at_epoch)",
-    ),
-    (
-        "StochasticWeightAveraging",
-        "average the weights of the last epochs at a constant or annealed rate (swa_lrs, swa_epoch_start, annealing_epochs, annealing_strategy)",
-    ),
-    (
-        "LearningRateMonitor",
-        "log the learning rate (logging_interval: step or epoch)",
-    ),
-    (
-        "DeviceStatsMonitor",
-        "log the accelerator's device stats every log_every_n_steps",
-    ),
-    (
-        "ProgressBar",
-        "the progress bar (added by default; refresh_rate)",
-    ),
-];
-
-/// What is allowed when a callback name is not known: the built-ins and `registered`.
+/// What is allowed when a callback name is not known: the registered names.
 pub fn unknown_callback<'a>(registered: impl IntoIterator<Item = &'a str>) -> String {
-    let registered = list(registered);
-    let registered = if registered.is_empty() {
-        String::new()
-    } else {
-        format!("; registered: {registered}")
-    };
     format!(
-        "unknown callback; known: {}{registered} (others are added from Rust)",
-        list(CALLBACK_NAMES.map(|(n, _)| n))
+        "unknown callback; known: {} (others are added from Rust)",
+        list(registered)
     )
 }
 
 /// A callback name as names are compared: its last path part (`a.b.EarlyStopping`), lowercase,
-/// without `_` and `-`.
+/// without `_` and `-`; Lightning's other names for two built-ins (`LRMonitor`,
+/// `TQDMProgressBar`) compare as theirs.
 pub fn callback_key(name: &str) -> String {
     let last = name.rsplit(['.', ':']).next().unwrap_or_default();
-    last.chars()
+    let key: String = last
+        .chars()
         .filter(|c| *c != '_' && *c != '-')
         .flat_map(char::to_lowercase)
-        .collect()
-}
-
-impl CallbackSpec {
-    /// The callback of [`CALLBACK_NAMES`] this names, if any. Names match case-, `_`- and
-    /// `-`-insensitively, and a Lightning class path
-    /// (`lightning.pytorch.callbacks.EarlyStopping`) uses its last part.
-    pub fn known_name(&self) -> Option<&'static str> {
-        let key = callback_key(&self.class_path);
-        let key = match key.as_str() {
-            "lrmonitor" => "learningratemonitor",
-            "tqdmprogressbar" => "progressbar",
-            other => other,
-        };
-        CALLBACK_NAMES
-            .iter()
-            .map(|(name, _)| *name)
-            .find(|name| name.to_ascii_lowercase() == key)
+        .collect();
+    match key.as_str() {
+        "lrmonitor" => "learningratemonitor".to_owned(),
+        "tqdmprogressbar" => "progressbar".to_owned(),
+        _ => key,
     }
 }
 
-/// The `callbacks` option: names of [`CALLBACK_NAMES`] or of callbacks an application
-/// registered, or `{class_path, init_args}` tables. The names and settings are checked by
-/// ember-core when it builds them (the CLI does so right after reading the flags, with the
-/// registry's callbacks), still at plan time.
+/// The `callbacks` option: names of registered callbacks (ember's own and an application's),
+/// or `{class_path, init_args}` tables. The names and settings are checked by ember-core when
+/// it builds them (the CLI does so right after reading the flags, with the registry's
+/// callbacks), still at plan time.
 pub struct Callbacks;
 
 impl Kind for Callbacks {

@@ -19,13 +19,13 @@ use serde_json::{Map, Value};
 
 use crate::error::{FlagError, PlanResult, render};
 pub use batch_size_find::{BatchSizeFind, BatchSizeFindChoice, ScaleMode};
-pub use callbacks::{CALLBACK_NAMES, CallbackSpec, Callbacks, callback_key, unknown_callback};
+pub use callbacks::{CallbackSpec, Callbacks, callback_key, unknown_callback};
 pub use lr_find::{LrFind, LrFindChoice, SweepMode};
 pub use values::{
-    CheckpointWrites, ClipAlgorithm, Count, CountOrNull, Directory, EpochLimit, FileOrNull, Flag,
-    FlagOrCount, FlagOrNull, Interval, Kind, Limit, LoggerKind, Loggers, Megabytes, Positive,
+    CheckpointWrites, ClipAlgorithm, Count, CountOrNull, DEFAULT_LOGGER, Directory, EpochLimit,
+    FileOrNull, Flag, FlagOrCount, FlagOrNull, Interval, Kind, Limit, Loggers, Megabytes, Positive,
     PositiveOrNull, ProfilerChoice, ProfilerKind, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
-    unknown_logger,
+    logger_key, unknown_logger,
 };
 
 /// One loop option as `--help` and the docs show it.
@@ -246,7 +246,7 @@ options_table! {
         "where logs and checkpoints go", shown "the working directory";
     /// `true` (csv), `false` (no files), `csv`, `tensorboard`, `mlflow` (a tracking server:
     /// `MLFLOW_TRACKING_URI`), a logger the program registered, or a list of them.
-    logger: Vec<LoggerKind> = vec![LoggerKind::Csv], Loggers,
+    logger: Vec<String> = vec![DEFAULT_LOGGER.to_owned()], Loggers,
         "true (csv), false, or a list of csv, tensorboard, mlflow and registered loggers", shown "true";
     /// A list: callback names, or `{class_path, init_args}` tables.
     callbacks: Vec<CallbackSpec> = Vec::new(), Callbacks,
@@ -357,12 +357,12 @@ impl TrainerOptions {
 
 /// Reads a callback's `init_args` into its settings type; unknown or mistyped keys name the
 /// callback and the flag.
-pub fn init_args<T: DeserializeOwned>(spec: &CallbackSpec) -> PlanResult<T> {
-    serde_json::from_value(spec.init_args.clone()).map_err(|e| {
+pub fn init_args<T: DeserializeOwned>(class_path: &str, args: &Value) -> PlanResult<T> {
+    serde_json::from_value(args.clone()).map_err(|e| {
         FlagError::new(
             "--trainer.callbacks",
-            render(&spec.init_args),
-            format!("bad init_args for {}: {e}", spec.class_path),
+            render(args),
+            format!("bad init_args for {class_path}: {e}"),
         )
     })
 }

@@ -187,93 +187,62 @@ impl Kind for ProfilerChoice {
     }
 }
 
-/// A logger chosen by name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LoggerKind {
-    /// `metrics.csv` and `hparams.yaml`.
-    Csv,
-    /// TensorBoard event files.
-    TensorBoard,
-    /// An MLflow tracking server, through its REST API (`MLFLOW_TRACKING_URI`).
-    MlFlow,
-    /// A logger the application registered under this (lowercase) name; ember-core checks the
-    /// name against the registry when it builds the loggers.
-    Named(String),
-}
+/// The logger `logger=true` chooses.
+pub const DEFAULT_LOGGER: &str = "csv";
 
-impl LoggerKind {
-    /// The name the `logger` option takes.
-    pub fn name(&self) -> &str {
-        match self {
-            LoggerKind::Csv => "csv",
-            LoggerKind::TensorBoard => "tensorboard",
-            LoggerKind::MlFlow => "mlflow",
-            LoggerKind::Named(name) => name,
-        }
-    }
-
-    /// Whether `name` already means something to the `logger` option — a built-in logger by its
-    /// name or Lightning's class name (`mlflow`, `MLFlowLogger`), `true` or `false` — so that no
-    /// registered logger can take it.
-    pub fn is_reserved(name: &str) -> bool {
-        let value = Value::String(name.to_owned());
-        boolean(&value).is_some() || !matches!(Self::from_value(&value), Some(Self::Named(_)))
-    }
-
-    fn from_value(value: &Value) -> Option<LoggerKind> {
-        let name = match value {
-            Value::String(s) => s.trim().to_ascii_lowercase(),
-            _ => return None,
-        };
-        match name.as_str() {
-            "csv" | "csvlogger" => Some(LoggerKind::Csv),
-            "tensorboard" | "tensorboardlogger" => Some(LoggerKind::TensorBoard),
-            "mlflow" | "mlflowlogger" => Some(LoggerKind::MlFlow),
-            "" => None,
-            _ => Some(LoggerKind::Named(name)),
-        }
+/// A logger name as names are compared: its last path part (`a.b.CSVLogger`), lowercase,
+/// without a `logger` suffix, so Lightning's class names select ember's loggers.
+pub fn logger_key(name: &str) -> String {
+    let last = name.trim().rsplit(['.', ':']).next().unwrap_or_default();
+    let lower = last.to_ascii_lowercase();
+    match lower.strip_suffix("logger") {
+        Some(stem) if !stem.is_empty() => stem.to_owned(),
+        _ => lower,
     }
 }
 
-/// What is allowed when a logger name is not known: the built-ins and `registered`.
+/// What is allowed when a logger name is not known: the flags and the registered names.
 pub fn unknown_logger<'a>(registered: impl IntoIterator<Item = &'a str>) -> String {
-    let registered = crate::error::list(registered);
-    let registered = if registered.is_empty() {
-        String::new()
-    } else {
-        format!("; registered: {registered}")
-    };
-    format!("unknown logger; allowed: true, false, csv, tensorboard, mlflow{registered}")
+    format!(
+        "unknown logger; allowed: true, false, {}",
+        crate::error::list(registered)
+    )
 }
 
-/// The `logger` option: `true` (csv), `false`, a name, or a list of names.
+/// The `logger` option: `true` (the csv logger), `false`, a registered logger's name, or a
+/// list of names (ember-core checks them against the registry when it builds the loggers).
 pub struct Loggers;
 
 impl Kind for Loggers {
-    type Value = Vec<LoggerKind>;
+    type Value = Vec<String>;
 
-    fn parse(value: &Value) -> Result<Vec<LoggerKind>, String> {
-        let kinds = match (boolean(value), value) {
-            (Some(true), _) => Some(vec![LoggerKind::Csv]),
-            (Some(false), _) | (None, Value::Null) => Some(Vec::new()),
-            (None, Value::Array(items)) => items
-                .iter()
-                .map(LoggerKind::from_value)
-                .collect::<Option<Vec<_>>>()
-                .map(|mut kinds| {
-                    kinds.dedup();
-                    kinds
-                }),
-            (None, v) => LoggerKind::from_value(v).map(|k| vec![k]),
+    fn parse(value: &Value) -> Result<Vec<String>, String> {
+        let name = |v: &Value| match v {
+            Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_ascii_lowercase()),
+            _ => None,
         };
-        kinds.ok_or_else(|| {
-            "true, false, csv, tensorboard, mlflow, a registered logger's name, or a list of them"
-                .into()
-        })
+        let names = match (boolean(value), value) {
+            (Some(true), _) => Some(vec![DEFAULT_LOGGER.to_owned()]),
+            (Some(false), _) | (None, Value::Null) => Some(Vec::new()),
+            (None, Value::Array(items)) => items.iter().map(name).collect::<Option<Vec<_>>>(),
+            (None, v) => name(v).map(|n| vec![n]),
+        };
+        let mut names = names.ok_or_else(|| {
+            "true, false, a registered logger's name (csv, tensorboard, mlflow, ...), or a list of them"
+                .to_owned()
+        })?;
+        let mut seen = Vec::new();
+        names.retain(|n| {
+            let key = logger_key(n);
+            let first = !seen.contains(&key);
+            seen.push(key);
+            first
+        });
+        Ok(names)
     }
 
-    fn write(value: &Vec<LoggerKind>) -> Value {
-        json!(value.iter().map(|l| l.name()).collect::<Vec<_>>())
+    fn write(value: &Vec<String>) -> Value {
+        json!(value)
     }
 }
 
