@@ -8,7 +8,9 @@
 //! checkpoints. The built-ins are [`TruePrecision`] and [`MixedPrecision`] (16-mixed with
 //! dynamic loss scaling). See `docs/plugins.md`.
 
-use burn::tensor::FloatDType;
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use burn::tensor::{FloatDType, Tensor};
 use serde_json::Value;
 
 use crate::options::ClipAlgorithm;
@@ -69,6 +71,34 @@ pub trait PrecisionPlugin {
         threshold: f64,
     ) {
         grads.clip(algorithm, threshold);
+    }
+
+    /// Readies the (already reduced) gradients for the optimizer step, as the strategy hands
+    /// them over: [unscaled and checked](Self::unscale_gradients), then, when finite,
+    /// [clipped](Self::clip_gradients) (`clip`: the algorithm and threshold the options set).
+    /// Returns whether the optimizer should step.
+    fn before_optimizer_step(
+        &mut self,
+        grads: &mut dyn Gradients,
+        clip: Option<(ClipAlgorithm, f64)>,
+    ) -> bool {
+        let finite = self.unscale_gradients(grads);
+        if let Some((algorithm, threshold)) = clip.filter(|_| finite) {
+            self.clip_gradients(grads, algorithm, threshold);
+        }
+        finite
+    }
+
+    /// Its dynamic loss scaler, if it has one (`16-mixed`'s): what `Trainer::grad_scaler`
+    /// reads.
+    fn grad_scaler(&self) -> Option<&GradScaler> {
+        None
+    }
+
+    /// Its dynamic loss scaler to change, if it has one: what `Trainer::with_grad_scaler`
+    /// sets.
+    fn grad_scaler_mut(&mut self) -> Option<&mut GradScaler> {
+        None
     }
 
     /// Values to log with the step that just unscaled (e.g. `loss_scale`).
@@ -159,6 +189,14 @@ impl PrecisionPlugin for MixedPrecision {
         }
     }
 
+    fn grad_scaler(&self) -> Option<&GradScaler> {
+        self.scaler.as_ref()
+    }
+
+    fn grad_scaler_mut(&mut self) -> Option<&mut GradScaler> {
+        self.scaler.as_mut()
+    }
+
     fn step_metrics(&self) -> Vec<(&'static str, f64)> {
         self.scaler.as_ref().map_or_else(Vec::new, |s| {
             vec![
@@ -191,5 +229,26 @@ pub fn builtin(precision: Precision) -> Box<dyn PrecisionPlugin> {
         Precision::F16Mixed => Box::new(MixedPrecision::f16(GradScaler::default())),
         Precision::Bf16Mixed => Box::new(MixedPrecision::bf16()),
         other => Box::new(TruePrecision(other)),
+    }
+}
+
+/// `loss` as the backward pass takes it under `plugin`: in f32, multiplied by the plugin's
+/// loss scale, when it scales; else as it is. The automatic and manual loops both go through
+/// it.
+pub fn scale_loss<B: Backend>(plugin: &dyn PrecisionPlugin, loss: Tensor<B, 1>) -> Tensor<B, 1> {
+    match plugin.loss_scale() {
+        Some(scale) => loss.cast(FloatDType::F32).mul_scalar(scale),
+        None => loss,
+    }
+}
+
+/// The model a forward pass runs on under `plugin`: when it casts for compute, a copy with
+/// each parameter in its [compute type](PrecisionPlugin::compute_dtype) (gradients still reach
+/// the model's own parameters); else the model itself.
+pub fn compute_model<B: Backend, M: Module<B>>(plugin: &dyn PrecisionPlugin, model: M) -> M {
+    if plugin.casts_for_compute() {
+        dtype::compute_by_path(model, &|path| plugin.compute_dtype(path))
+    } else {
+        model
     }
 }

@@ -17,6 +17,7 @@ use burn::module::ParamId;
 
 use crate::checkpoint_io::CheckpointIO;
 use crate::collective::{Collective, ReduceOp};
+use crate::options::ClipAlgorithm;
 use crate::plan::Plan;
 use crate::plugins::access::Gradients;
 use crate::plugins::device_reduce::DeviceCollective;
@@ -119,6 +120,19 @@ pub trait Strategy {
     /// unless the ranks hold different gradients and norms must cover them all.
     fn precision_view<'g>(&self, grads: &'g mut dyn Gradients) -> Box<dyn Gradients + 'g> {
         Box::new(grads)
+    }
+
+    /// Hands the (reduced) gradients to the precision plugin through
+    /// [`precision_view`](Self::precision_view) to be unscaled, checked and clipped
+    /// ([`PrecisionPlugin::before_optimizer_step`]); returns whether the optimizer should step.
+    fn before_optimizer_step(
+        &mut self,
+        grads: &mut dyn Gradients,
+        clip: Option<(ClipAlgorithm, f64)>,
+    ) -> bool {
+        let mut view = self.precision_view(grads);
+        let precision = &mut self.parts_mut().precision;
+        precision.before_optimizer_step(&mut *view, clip)
     }
 
     /// Called after each optimizer step that was taken, with the step count so far.

@@ -48,8 +48,8 @@ use crate::error::FlagError;
 use crate::loggers::{Logger, Loggers};
 use crate::options::TrainerOptions;
 use crate::plan::Plan;
-use crate::plugins::precision::{MixedPrecision, PrecisionPlugin};
-use crate::plugins::scaler::{self, GradScaler};
+use crate::plugins::precision::PrecisionPlugin;
+use crate::plugins::scaler::GradScaler;
 use crate::plugins::shard::Shard;
 use crate::plugins::strategy::Strategy;
 use crate::registered::Plugins;
@@ -344,22 +344,15 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// Replaces the loss scaler's settings (16-mixed only; other precisions have no scaler
     /// and ignore it).
     pub fn with_grad_scaler(mut self, scaler: GradScaler) -> Self {
-        let precision = &mut self.strategy.parts_mut().precision;
-        if precision.precision() == crate::precision::Precision::F16Mixed
-            && precision.state_key() == scaler::STATE_KEY
-        {
-            *precision = Box::new(MixedPrecision::f16(scaler));
+        if let Some(held) = self.strategy.parts_mut().precision.grad_scaler_mut() {
+            *held = scaler;
         }
         self
     }
 
     /// The loss scaler's state (16-mixed only).
-    pub fn grad_scaler(&self) -> Option<GradScaler> {
-        let precision = self.precision();
-        let state = precision
-            .state()
-            .filter(|_| precision.state_key() == scaler::STATE_KEY)?;
-        serde_json::from_value(state).ok()
+    pub fn grad_scaler(&self) -> Option<&GradScaler> {
+        self.precision().grad_scaler()
     }
 
     /// Adds a logger written in Rust.

@@ -7,7 +7,7 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::plugins::dtype;
+use crate::plugins::precision;
 use crate::stage::Stage;
 use crate::trainer::collector::MetricCollector;
 use crate::trainer::data::Loader;
@@ -86,11 +86,6 @@ impl EvaluationLoop {
 impl<B: AutodiffBackend> Trainer<B> {
     /// The model validation runs on during `fit`: the inner module, in the compute types.
     pub(in crate::trainer) fn eval_model<M: AutodiffModule<B>>(&self, model: &M) -> M::InnerModule {
-        let precision = self.precision();
-        if precision.casts_for_compute() {
-            dtype::compute_by_path(model.valid(), &|path| precision.compute_dtype(path))
-        } else {
-            model.valid()
-        }
+        precision::compute_model(self.precision(), model.valid())
     }
 }

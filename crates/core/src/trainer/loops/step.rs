@@ -8,14 +8,14 @@ use std::marker::PhantomData;
 use burn::module::AutodiffModule;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::{GradientsParams, Optimizer};
+use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{FloatDType, Tensor};
 
 use crate::callbacks::TrainerState;
 use crate::checkpoint_io::CheckpointIO;
 use crate::options::ClipAlgorithm;
 use crate::plugins::access::ModelGradients;
-use crate::plugins::dtype;
+use crate::plugins::precision;
 use crate::plugins::weights::ModelWeights;
 use crate::trainer::Trainer;
 use crate::trainer::finetune;
@@ -86,16 +86,10 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
         let reduction = self.trainer.profiler.span("gradient reduction");
         self.trainer.strategy.reduce_gradients(&mut model_grads)?;
         drop(reduction);
-        let finite = {
-            let mut view = self.trainer.strategy.precision_view(&mut model_grads);
-            let precision = &mut self.trainer.strategy.parts_mut().precision;
-            let finite = precision.unscale_gradients(&mut *view);
-            self.metrics.extend(precision.step_metrics());
-            if let Some((algorithm, threshold)) = clip.filter(|_| finite) {
-                precision.clip_gradients(&mut *view, algorithm, threshold);
-            }
-            finite
-        };
+        let strategy = &mut self.trainer.strategy;
+        let finite = strategy.before_optimizer_step(&mut model_grads, clip);
+        self.metrics
+            .extend(strategy.parts().precision.step_metrics());
         if self.scheduler_per_step {
             slot.lr = slot.scheduler.step();
         }
@@ -178,11 +172,7 @@ where
     /// The model a forward pass should run on: under a mixed precision its copy in the
     /// compute types (gradients still reach the model's own parameters), otherwise the model.
     pub fn compute(&self, model: &M) -> M {
-        let precision = self.cx.trainer.precision();
-        match precision.casts_for_compute() {
-            true => dtype::compute_by_path(model.clone(), &|path| precision.compute_dtype(path)),
-            false => model.clone(),
-        }
+        precision::compute_model(self.cx.trainer.precision(), model.clone())
     }
 
     /// The backward pass of `loss`, scaled as the precision plugin says (Lightning's
@@ -190,10 +180,7 @@ where
     /// with `GradientsParams::from_module(&mut grads, &model.part)`, or all of them with
     /// `GradientsParams::from_grads(grads, &model)`.
     pub fn backward(&self, loss: Tensor<B, 1>) -> B::Gradients {
-        match self.cx.trainer.precision().loss_scale() {
-            Some(scale) => loss.cast(FloatDType::F32).mul_scalar(scale).backward(),
-            None => loss.backward(),
-        }
+        precision::scale_loss(self.cx.trainer.precision(), loss).backward()
     }
 
     /// Steps optimizer `index` with `grads` (see the type's docs); returns the updated model.

@@ -7,13 +7,12 @@ use std::marker::PhantomData;
 
 use burn::optim::GradientsParams;
 use burn::optim::lr_scheduler::LrScheduler;
-use burn::tensor::FloatDType;
 use burn::tensor::backend::AutodiffBackend;
 
 use super::fit::FitLoop;
 use super::step::{ManualOptimization, StepContext};
 use crate::callbacks::Callback;
-use crate::plugins::dtype;
+use crate::plugins::precision;
 use crate::stage::Stage;
 use crate::trainer::data::Loader;
 use crate::trainer::data::mix64;
@@ -139,16 +138,12 @@ where
             let _span = self.trainer.profiler.span("training step");
             self.training_forward(batch, &mut log)
         };
-        let precision = self.trainer.precision();
         let opt = &mut self.opt;
         if let Some(step) = log.take_missing() {
             return Err(MissingStep(step).into());
         }
         self.last_loss = Some(loss.clone().detach());
-        let loss = match precision.loss_scale() {
-            Some(scale) => loss.cast(FloatDType::F32).mul_scalar(scale),
-            None => loss,
-        };
+        let loss = precision::scale_loss(self.trainer.precision(), loss);
         let accumulate = self.schedule.accumulate;
         let loss = if accumulate > 1 {
             loss.div_scalar(accumulate as f64)
@@ -181,12 +176,10 @@ where
         log: &mut StepLog<B>,
     ) -> burn::tensor::Tensor<B, 1> {
         let precision = self.trainer.precision();
-        let model = &self.opt.model;
         if precision.casts_for_compute() {
-            dtype::compute_by_path(model.clone(), &|path| precision.compute_dtype(path))
-                .training_step(batch, log)
+            precision::compute_model(precision, self.opt.model.clone()).training_step(batch, log)
         } else {
-            model.training_step(batch, log)
+            self.opt.model.training_step(batch, log)
         }
     }
 
