@@ -84,7 +84,7 @@ fn checkpoint_writes_compose_with_a_given_checkpoint_io() {
     for writes in [CheckpointWrites::Async, CheckpointWrites::Sync] {
         let io = Threads::default();
         let options = TrainerOptions {
-            checkpoint_io: writes,
+            checkpoint_writes: writes,
             ..TrainerOptions::default()
         };
         let trainer = Trainer::<B>::builder(&plan, options)

@@ -9,7 +9,7 @@ use burn::tensor::Tensor;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::callbacks::{BackboneFinetuning, BackboneFinetuningConfig, Callback, CallbackContext};
-use ember::finetune::{freeze, trainable_under, unfreeze};
+use ember::freezing::{freeze, trainable_under, unfreeze};
 use ember::trainer::summary::summarize;
 use ember::{Plan, Precision, Trainer, TrainerOptions};
 use ember_acceptance::regression::{Batch, ItemBatcher, items, serial};

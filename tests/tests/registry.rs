@@ -268,7 +268,7 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
     // Their names are taken, as a user's would be.
     assert!(
         ember::Registry::<WhoRuns>::new()
-            .register_precision("16-mixed", "again", || ember::MixedPrecision::bf16())
+            .register_precision("16-mixed", "again", ember::MixedPrecision::bf16)
             .is_err()
     );
     assert!(

@@ -210,6 +210,8 @@ fn lint() -> bool {
         // The test files a backend feature compiles out (the cpu row's alone), as the cpu row
         // builds them.
         && run("cargo", &cpu_row_tests, &[])
+        // The public crates' docs: every link resolves, nothing private is linked.
+        && run_in("cargo", &PUBLIC_DOCS, &[("RUSTDOCFLAGS", "-D warnings")], &torch_env())
         // The vendored crates: their libraries (our patches live there) under the same bar;
         // their upstream tests are burn's code, left as published.
         && VENDORED.iter().all(|package| {
@@ -220,6 +222,33 @@ fn lint() -> bool {
             )
         })
 }
+
+/// `cargo doc` over the crates a user depends on (ember and what it re-exports).
+const PUBLIC_DOCS: [&str; 23] = [
+    "doc",
+    "--no-deps",
+    "--all-features",
+    "-p",
+    "ember",
+    "-p",
+    "ember-core",
+    "-p",
+    "ember-plan",
+    "-p",
+    "ember-derive",
+    "-p",
+    "ember-mpi",
+    "-p",
+    "ember-accel-cpu",
+    "-p",
+    "ember-accel-cuda",
+    "-p",
+    "ember-accel-wgpu",
+    "-p",
+    "ember-accel-tch",
+    "-p",
+    "ember-accel-tpu-xla",
+];
 
 /// The package names of burn's crates patched in vendor/ (each has a PATCHES.md).
 const VENDORED: [&str; 2] = ["burn-flex", "burn-autodiff"];

@@ -20,7 +20,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct XlaAccelerator;
 
 /// The number of devices the PJRT plugin offers, asked on a thread that probing waits on for at
-/// most [`PROBE_TIMEOUT`]: a plugin that hangs (libtpu off a TPU VM) cannot hang ember.
+/// most `PROBE_TIMEOUT`: a plugin that hangs (libtpu off a TPU VM) cannot hang ember.
 pub fn device_count() -> usize {
     if plugin::find().is_err() {
         return 0;

@@ -10,7 +10,7 @@ use crate::catalog::AcceleratorSpec;
 use crate::collective::Collective;
 use crate::devices::{self, DevicesFlag};
 use crate::plugins::device_reduce::DeviceCollective;
-use crate::precision::Precision;
+use ember_plan::precision::Precision;
 
 pub use ember_plan::accelerator::{AcceleratorKind, check_deterministic};
 

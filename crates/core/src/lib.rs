@@ -13,7 +13,7 @@ pub mod app;
 pub mod batch_size_find;
 pub use ember_plan::{
     catalog, check, cluster, collective, config, connector, devices, error, flags, inventory,
-    options, plan, precision, stage, strategy,
+    options, plan, stage,
 };
 pub mod callbacks;
 pub mod checkpoint_io;
@@ -30,7 +30,7 @@ pub mod plugins;
 pub mod prelude;
 pub mod quiet;
 pub mod registered;
-pub mod registry;
+mod registry;
 pub mod trainer;
 pub mod vision;
 
@@ -44,6 +44,8 @@ pub use connector::connect;
 pub use context::RunContext;
 pub use devices::DevicesFlag;
 pub use ember_derive::ConfigDefault;
+pub use ember_plan::precision::Precision;
+pub use ember_plan::strategy::StrategyInfo;
 pub use ember_plan::{Stage, TrainerOptions};
 pub use error::FlagError;
 pub use flags::TrainerFlags;
@@ -52,20 +54,18 @@ pub use job::Job;
 pub use plan::{Launcher, Plan};
 pub use plugins::access::{Gradients, ParallelGradients};
 pub use plugins::ddp::Ddp;
+pub use plugins::ddp_sharded::DdpSharded;
 pub use plugins::precision::{MixedPrecision, PrecisionPlugin, TruePrecision};
 pub use plugins::scaler::GradScaler;
 pub use plugins::shard::Shard;
-pub use plugins::sharded::DdpSharded;
 pub use plugins::strategy::{OptimizerSharding, SingleDevice, Strategy, StrategyParts};
 pub use plugins::weights::Weights;
-pub use precision::Precision;
 pub use registry::{Plugins, Registry, RegistryError};
-pub use strategy::StrategyInfo;
 pub use trainer::data::{
     ArrayFile, Batches, DataLoaders, DataModule, DataSource, FromDataModule, Given, ItemKey,
     Loader, ShardFormat, Shards, TokenWindows, epoch_permutation,
 };
-pub use trainer::finetune;
+pub use trainer::freezing;
 pub use trainer::hparams::Hparams;
 pub use trainer::log::{LogOptions, Reduce, StepLog};
 pub use trainer::loops::step::ManualOptimization;

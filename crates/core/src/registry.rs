@@ -22,7 +22,7 @@ use crate::plan::Plan;
 use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::strategy::{Strategy, StrategyParts};
 use crate::registered::check_name;
-use crate::strategy::StrategyInfo;
+use ember_plan::strategy::StrategyInfo;
 
 type Runner<J> = fn(J, &RunContext) -> anyhow::Result<<J as Job>::Output>;
 

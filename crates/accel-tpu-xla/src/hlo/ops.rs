@@ -67,7 +67,7 @@ impl Function {
         (a, b)
     }
 
-    /// `transpose` by `perm` (output dim i is input dim perm[i]).
+    /// `transpose` by `perm` (output dim i is input dim `perm[i]`).
     pub fn transpose(&mut self, v: &Val, perm: &[usize]) -> Val {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return v.clone();

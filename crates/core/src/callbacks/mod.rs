@@ -4,7 +4,7 @@
 //! metrics, the loggers, the device's stats, and (during `fit`) a way to save a checkpoint.
 //! It can ask the loop to stop by setting `state.should_stop`. The built-in ones, and those an
 //! application registers by name (`Registry::register_callback`), are usable from Rust and
-//! from config (`--trainer.callbacks=[...]`, see [`from_spec`]).
+//! from config (`--trainer.callbacks=[...]`, see [`crate::registered::build::callback`]).
 
 mod by_name;
 mod device_stats;

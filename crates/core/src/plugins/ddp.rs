@@ -96,7 +96,7 @@ impl Ddp {
 
 impl Strategy for Ddp {
     fn name(&self) -> &str {
-        crate::strategy::DDP
+        ember_plan::strategy::DDP
     }
 
     fn parts(&self) -> &StrategyParts {

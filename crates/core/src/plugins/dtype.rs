@@ -16,7 +16,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend, set_default_float_dtype};
 use burn::tensor::{FloatDType, Tensor, get_device_settings};
 
-use crate::precision::Precision;
+use ember_plan::precision::Precision;
 
 /// The float type a precision computes in (the device's default float type).
 pub fn compute_dtype(precision: Precision) -> FloatDType {

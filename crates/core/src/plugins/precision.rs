@@ -18,7 +18,7 @@ use crate::plan::Plan;
 use crate::plugins::access::Gradients;
 use crate::plugins::dtype;
 use crate::plugins::scaler::GradScaler;
-use crate::precision::Precision;
+use ember_plan::precision::Precision;
 
 /// A run's numeric policy, chosen by name (`--trainer.precision`, `--trainer.plugins`) or
 /// given to the Trainer's builder.

@@ -7,7 +7,7 @@
 //! before the optimizer step, what happens after the step, which rank writes, the stop
 //! agreement, and teardown. The built-ins are `single_device` ([`SingleDevice`]) `ddp`
 //! ([`Ddp`](crate::plugins::ddp::Ddp)) and `ddp_sharded`
-//! ([`DdpSharded`](crate::plugins::sharded::DdpSharded)); see `docs/plugins.md` for writing one.
+//! ([`DdpSharded`](crate::plugins::ddp_sharded::DdpSharded)); see `docs/plugins.md` for writing one.
 
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -195,7 +195,7 @@ impl SingleDevice {
 
 impl Strategy for SingleDevice {
     fn name(&self) -> &str {
-        crate::strategy::SINGLE_DEVICE
+        ember_plan::strategy::SINGLE_DEVICE
     }
 
     fn parts(&self) -> &StrategyParts {

@@ -12,17 +12,17 @@ use crate::callbacks::{
 use crate::loggers::{CsvLogger, MlflowLogger, TensorBoardLogger};
 use crate::options::init_args;
 use crate::plugins::ddp::Ddp;
+use crate::plugins::ddp_sharded::DdpSharded;
 use crate::plugins::precision::{MixedPrecision, TruePrecision};
 use crate::plugins::scaler::GradScaler;
-use crate::plugins::sharded::DdpSharded;
 use crate::plugins::strategy::SingleDevice;
-use crate::plugins::xla::XlaStrategy;
-use crate::precision::Precision;
-use crate::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE, StrategyInfo, XLA};
+use crate::plugins::xla_strategy::XlaStrategy;
+use ember_plan::precision::Precision;
+use ember_plan::strategy::{DDP, DDP_SHARDED, SINGLE_DEVICE, StrategyInfo, XLA};
 
 impl Plugins {
     /// ember's own plugins: the strategies, the plugins of the six named precisions, the
-    /// callbacks and the loggers. A [`Registry`](crate::registry::Registry) starts from them; a program
+    /// callbacks and the loggers. A [`Registry`](crate::Registry) starts from them; a program
     /// that builds its Trainer without one gets them too.
     pub fn builtin() -> Self {
         register_builtins(Self::empty()).expect("the built-in plugins' names are distinct")

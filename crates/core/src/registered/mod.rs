@@ -19,7 +19,7 @@ use crate::options::{callback_key, logger_key};
 use crate::plan::Plan;
 use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::strategy::{Strategy, StrategyFactory, StrategyParts};
-use crate::strategy::StrategyInfo;
+use ember_plan::strategy::StrategyInfo;
 
 pub mod build;
 mod builtins;
@@ -304,7 +304,7 @@ impl Plugins {
     /// Refuses a plugin or environment name that is malformed or already means something.
     fn check_free(&self, what: &'static str, name: &str) -> Result<(), RegistryError> {
         check_name(what, name)?;
-        let taken = crate::precision::Precision::parse(name).is_ok()
+        let taken = ember_plan::precision::Precision::parse(name).is_ok()
             || self.catalog.plugin(name).is_some()
             || self.catalog.cluster_environment(name).is_some()
             || self.catalog.process_group_backends().contains(&name);

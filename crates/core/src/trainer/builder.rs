@@ -169,7 +169,7 @@ impl TrainerBuilder {
                 .next()
                 .context("the accelerator returned no device")?
         };
-        let given = Given {
+        let given = GivenParts {
             precision,
             checkpoint_io,
             collective,
@@ -197,7 +197,7 @@ impl TrainerBuilder {
 
 /// What the builder was given as values.
 #[derive(Default)]
-pub(super) struct Given {
+pub(super) struct GivenParts {
     precision: Option<Box<dyn PrecisionPlugin>>,
     checkpoint_io: Option<Arc<dyn CheckpointIO>>,
     collective: Option<Rc<dyn Collective>>,
@@ -208,9 +208,9 @@ pub(super) fn parts(
     plan: &Plan,
     options: &TrainerOptions,
     plugins: &Plugins,
-    given: Given,
+    given: GivenParts,
 ) -> anyhow::Result<StrategyParts> {
-    let Given {
+    let GivenParts {
         precision,
         checkpoint_io,
         collective,
@@ -219,7 +219,7 @@ pub(super) fn parts(
         Some(plugin) => plugin,
         None => plugins.precision(plan)?,
     };
-    // Local files unless one was given or named; either way `--trainer.checkpoint_io=async`
+    // Local files unless one was given or named; either way `--trainer.checkpoint_writes=async`
     // (the default) then writes through it on a background thread.
     let checkpoint_io = match checkpoint_io {
         Some(io) => io,
@@ -227,7 +227,7 @@ pub(super) fn parts(
             .checkpoint_io(plan)?
             .unwrap_or_else(|| Arc::new(LocalCheckpointIO)),
     };
-    let checkpoint_io = match options.checkpoint_io {
+    let checkpoint_io = match options.checkpoint_writes {
         CheckpointWrites::Async => Arc::new(AsyncCheckpointIO::wrapping(checkpoint_io)),
         CheckpointWrites::Sync => checkpoint_io,
     };

@@ -1,6 +1,6 @@
 //! Where the loops collect what steps logged: the Trainer decides when a value is read from
 //! the device (values logged `on_step` only on logging steps or when the progress bar shows
-//! them, values logged `on_epoch` in batches of [`UNREAD_EPOCH_VALUES`] and at the epoch's end)
+//! them, values logged `on_epoch` in batches of `UNREAD_EPOCH_VALUES` and at the epoch's end)
 //! and reduces epoch values as Lightning does: a mean weighted by the batch size, unless
 //! another reduction is asked for.
 

@@ -1,7 +1,7 @@
 //! The Trainer: it owns the loops (fit, validate, test, predict), as Lightning's does.
 //!
-//! A user writes a model ([`LightningModule`], [`TrainingModule`]) and a
-//! [`DataModule`] once; the Trainer runs them on the device the plan selected, with the
+//! A user writes a model ([`LightningModule`](module::LightningModule),
+//! [`TrainingModule`]) and a [`DataModule`] once; the Trainer runs them on the device the plan selected, with the
 //! loop options of [`TrainerOptions`], calling [`Callback`]s at Lightning's hook points and
 //! writing through [`Loggers`] and [`CheckpointIO`]. See `docs/trainer.md`.
 
@@ -12,7 +12,7 @@ pub(crate) mod ckpt_path;
 pub mod collector;
 pub mod data;
 mod evaluate;
-pub mod finetune;
+pub mod freezing;
 pub mod hparams;
 pub mod log;
 pub(crate) mod loops;
@@ -129,7 +129,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// parts as values).
     ///
     /// It refuses `deterministic=true` where the accelerator has no deterministic mode, makes
-    /// the precision's compute type the device's float type (see [`dtype`]), and seeds the
+    /// the precision's compute type the device's float type (see [`dtype`](crate::plugins::dtype)), and seeds the
     /// backend, so a model built right after it starts from the seed's weights in that type.
     pub fn new<A: Accelerator<Backend = B>>(
         plan: &Plan,
@@ -255,7 +255,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// program that wants another choice builds with [`Trainer::builder`] and a plan of its
     /// own, or [`on_accelerator`](Self::on_accelerator)).
     pub fn on_device(device: B::Device, options: TrainerOptions) -> anyhow::Result<Self> {
-        let plan = Plan::local("", crate::precision::Precision::F32True);
+        let plan = Plan::local("", ember_plan::precision::Precision::F32True);
         let plugins = Rc::new(Plugins::builtin());
         let parts = builder::parts(&plan, &options, &plugins, Default::default())?;
         let strategy = Box::new(crate::plugins::strategy::SingleDevice::new(parts));

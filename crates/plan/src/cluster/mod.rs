@@ -3,7 +3,7 @@
 //! Everything here reads a snapshot of environment variables ([`Env`]); nothing touches the
 //! process environment, so every rule is testable with a literal map.
 //!
-//! The six built-ins live in [`environments`]; SLURM node lists are read by [`hostlist`].
+//! The six built-ins live in `environments.rs`; SLURM node lists are read by [`hostlist`].
 
 mod environments;
 pub mod hostlist;

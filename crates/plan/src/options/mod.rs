@@ -23,9 +23,9 @@ pub use callbacks::{CallbackSpec, Callbacks, callback_key, unknown_callback};
 pub use lr_find::{LrFind, LrFindChoice, SweepMode};
 pub use values::{
     CheckpointWrites, ClipAlgorithm, Count, CountOrNull, DEFAULT_LOGGER, Directory, EpochLimit,
-    FileOrNull, Flag, FlagOrCount, FlagOrNull, Interval, Kind, Limit, Loggers, Megabytes, Positive,
-    PositiveOrNull, ProfilerChoice, ProfilerKind, SanitySteps, Seconds, StepLimit, ThresholdOrNull,
-    logger_key, unknown_logger,
+    FileOrNull, Flag, FlagOrCount, FlagOrNull, Interval, Kind, Limit, LoggerNames, Megabytes,
+    Positive, PositiveOrNull, ProfilerChoice, ProfilerKind, SanitySteps, Seconds, StepLimit,
+    ThresholdOrNull, logger_key, unknown_logger,
 };
 
 /// One loop option as `--help` and the docs show it.
@@ -246,7 +246,7 @@ options_table! {
         "where logs and checkpoints go", shown "the working directory";
     /// `true` (csv), `false` (no files), `csv`, `tensorboard`, `mlflow` (a tracking server:
     /// `MLFLOW_TRACKING_URI`), a logger the program registered, or a list of them.
-    logger: Vec<String> = vec![DEFAULT_LOGGER.to_owned()], Loggers,
+    logger: Vec<String> = vec![DEFAULT_LOGGER.to_owned()], LoggerNames,
         "true (csv), false, or a list of csv, tensorboard, mlflow and registered loggers", shown "true";
     /// A list: callback names, or `{class_path, init_args}` tables.
     callbacks: Vec<CallbackSpec> = Vec::new(), Callbacks,
@@ -261,7 +261,7 @@ options_table! {
     /// a registered or given one) on a background thread while training goes on (a failed
     /// write fails the run at the next step; every entry point waits for the last write);
     /// `sync`: on the loop's thread, as Lightning's default does.
-    checkpoint_io: CheckpointWrites = CheckpointWrites::Async, CheckpointWrites,
+    checkpoint_writes: CheckpointWrites = CheckpointWrites::Async, CheckpointWrites,
         "async (encode and write checkpoints on a background thread), or sync";
     /// ddp: megabytes of gradients per all-reduce (docs/distributed.md).
     ddp_bucket_cap_mb: f64 = 25.0, Megabytes,

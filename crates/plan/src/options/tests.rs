@@ -137,6 +137,6 @@ fn help_lines_show_the_declared_defaults() {
     let line = |key: &str| help_lines().find(|(k, _)| *k == key).unwrap().1;
     assert!(line("max_steps").ends_with("[default: -1]"));
     assert!(line("limit_val_batches").ends_with("[default: 1.0]"));
-    assert!(line("checkpoint_io").ends_with("[default: async]"));
+    assert!(line("checkpoint_writes").ends_with("[default: async]"));
     assert!(line("max_epochs").ends_with("[default: the app's, else 1000]"));
 }

@@ -211,9 +211,9 @@ pub fn unknown_logger<'a>(registered: impl IntoIterator<Item = &'a str>) -> Stri
 
 /// The `logger` option: `true` (the csv logger), `false`, a registered logger's name, or a
 /// list of names (ember-core checks them against the registry when it builds the loggers).
-pub struct Loggers;
+pub struct LoggerNames;
 
-impl Kind for Loggers {
+impl Kind for LoggerNames {
     type Value = Vec<String>;
 
     fn parse(value: &Value) -> Result<Vec<String>, String> {

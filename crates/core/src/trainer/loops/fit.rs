@@ -24,7 +24,7 @@ use crate::stage::Stage;
 use crate::trainer::checkpoint::Checkpoint;
 use crate::trainer::collector::MetricCollector;
 use crate::trainer::data::Loader;
-use crate::trainer::finetune;
+use crate::trainer::freezing;
 use crate::trainer::hparams::Hparams;
 use crate::trainer::module::{BatcherFor, EvalBatch, MissingStep, TrainingModule};
 use crate::trainer::run::{FitParts, Run};
@@ -59,7 +59,7 @@ pub(in crate::trainer) struct FitLoop<'t, B: AutodiffBackend, M: TrainingModule<
     /// applied).
     ///
     /// [`TrainerState::frozen_modules`]: crate::callbacks::TrainerState::frozen_modules
-    frozen: BTreeMap<String, (Freeze, finetune::Frozen)>,
+    frozen: BTreeMap<String, (Freeze, freezing::Frozen)>,
     /// The latest training batch's loss (detached), for callbacks
     /// ([`CallbackContext::loss`](crate::callbacks::CallbackContext::loss)).
     pub(super) last_loss: Option<burn::tensor::Tensor<B, 1>>,
@@ -270,7 +270,7 @@ where
         let thawed: Vec<String> = self.frozen.keys().filter(|p| changed(p)).cloned().collect();
         for path in thawed {
             if let Some((_, frozen)) = self.frozen.remove(&path) {
-                *model = finetune::unfreeze(model.clone(), &frozen);
+                *model = freezing::unfreeze(model.clone(), &frozen);
             }
         }
         for (path, freeze) in wanted {
@@ -278,7 +278,7 @@ where
                 // The path came from a callback's settings (BackboneFinetuning's `backbone`).
                 let frozen;
                 (*model, frozen) =
-                    finetune::freeze(model.clone(), path, freeze.train_bn).map_err(|e| {
+                    freezing::freeze(model.clone(), path, freeze.train_bn).map_err(|e| {
                         crate::error::FlagError::new("--trainer.callbacks", path, format!("{e:#}"))
                     })?;
                 self.frozen.insert(path.clone(), (*freeze, frozen));

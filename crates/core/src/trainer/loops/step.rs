@@ -18,7 +18,7 @@ use crate::plugins::access::ModelGradients;
 use crate::plugins::precision;
 use crate::plugins::weights::ModelWeights;
 use crate::trainer::Trainer;
-use crate::trainer::finetune;
+use crate::trainer::freezing;
 use crate::trainer::log::StepLog;
 
 /// One optimizer, the scheduler that gives its rate, and the rate in effect.
@@ -106,7 +106,7 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
             let shares = &self.state.lr_factors;
             let groups = match shares.is_empty() {
                 true => Vec::new(),
-                false => finetune::split_by_share::<B, M>(&model, &mut grads, shares),
+                false => freezing::split_by_share::<B, M>(&model, &mut grads, shares),
             };
             model = slot.optimizer.step(slot.lr, model, grads);
             for (share, grads) in groups {

@@ -21,7 +21,7 @@ use crate::plugins::device_reduce::DeviceCollective;
 use crate::plugins::precision::TruePrecision;
 use crate::plugins::strategy::{Strategy, StrategyParts};
 use crate::plugins::weights::ModelWeights;
-use crate::precision::Precision;
+use ember_plan::precision::Precision;
 
 type B = burn_autodiff::Autodiff<burn_flex::Flex>;
 

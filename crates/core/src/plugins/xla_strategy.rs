@@ -38,7 +38,7 @@ impl XlaStrategy {
 
 impl Strategy for XlaStrategy {
     fn name(&self) -> &str {
-        crate::strategy::XLA
+        ember_plan::strategy::XLA
     }
 
     fn parts(&self) -> &StrategyParts {

@@ -7,7 +7,7 @@
 //! parameters it owns and drops the others, so its optimizer updates, and keeps state for,
 //! its own parameters only. After the step every rank all-gathers the owners' updated
 //! parameters. Norms (clipping, the loss scaler's check) are made from every rank's parts
-//! ([`norm`]). Everything else — rank 0's starting weights, `sync_batchnorm`, the replica
+//! (`norm.rs`). Everything else — rank 0's starting weights, `sync_batchnorm`, the replica
 //! check at the end — is `ddp`'s. Checkpoints gather the optimizer's state on rank 0 (the
 //! Trainer does that for any strategy whose [`Strategy::optimizer_sharding`] says so).
 
@@ -184,7 +184,7 @@ impl DdpSharded {
 
 impl Strategy for DdpSharded {
     fn name(&self) -> &str {
-        crate::strategy::DDP_SHARDED
+        ember_plan::strategy::DDP_SHARDED
     }
 
     fn parts(&self) -> &StrategyParts {
