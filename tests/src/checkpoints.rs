@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::TensorData;
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 
 /// The newest file in `dir` (by modification time).
 pub fn newest(dir: &Path) -> PathBuf {

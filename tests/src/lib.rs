@@ -18,10 +18,10 @@ pub mod wide;
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use ember::{
-    Accelerator, AcceleratorKind, DeviceStats, Env, FlagError, Inventory, Job, Plan, Precision,
-    Registry, RunContext, TrainerFlags,
-};
+use ember::accelerator::{AcceleratorKind, DeviceStats};
+use ember::plugins::Env;
+use ember::{Accelerator, FlagError, Job, Plan, Precision, Registry, RunContext, TrainerFlags};
+use ember_core::Inventory;
 
 /// A job that reports which accelerator type it was monomorphized for.
 pub struct WhoRuns;
@@ -184,7 +184,7 @@ pub fn env(pairs: &[(&str, &str)]) -> Env {
 pub fn plan_with(flags: &TrainerFlags, inventory: &str, env: &Env) -> Result<Plan, FlagError> {
     let registry = registry::<WhoRuns>();
     let inventory = Inventory::parse(inventory, registry.catalog())?;
-    ember::connect(flags, env, &inventory, registry.catalog())
+    ember_core::connect(flags, env, &inventory, registry.catalog())
 }
 
 /// Plans `flags` with an injected inventory and no cluster variables.

@@ -26,7 +26,7 @@ pub fn quiet(program: &str, dir: &Path, args: &[&str]) -> Command {
 
 /// Runs `command` to its end; its stdout, stderr and the peak RSS of its largest process.
 pub fn run_measured(command: Command) -> anyhow::Result<(String, String, u64)> {
-    let finished = ember::child::run_measured(command)?;
+    let finished = ember_core::child::run_measured(command)?;
     anyhow::ensure!(finished.success, "the run failed: {}", finished.stderr);
     Ok((finished.stdout, finished.stderr, finished.peak_rss))
 }

@@ -10,6 +10,7 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, SgdConfig, momentum::MomentumConfig};
 use burn::prelude::*;
 use ember::prelude::*;
+use ember::{metrics, optim};
 use serde::{Deserialize, Serialize};
 
 /// The `model` section: `--model.hidden=[2048,2048] --model.lr=0.001`.

@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use burn_autodiff::Autodiff;
 use burn_flex::Flex;
-use ember::checkpoint_io::{CheckpointIO, LocalCheckpointIO};
+use ember::Trainer;
 use ember::cpu::CpuAccelerator;
 use ember::options::CheckpointWrites;
-use ember::{Plan, Plugin, Precision, PrecisionPlugin, Trainer, TrainerOptions};
+use ember::plugins::PrecisionPlugin;
+use ember::plugins::{CheckpointIO, LocalCheckpointIO};
+use ember::{Plan, Plugin, Precision, TrainerOptions};
 
 type B = Autodiff<Flex>;
 
@@ -128,9 +130,15 @@ fn a_job_run_outside_the_cli_builds_the_registered_plugins_the_plan_names() {
     let registry = ember_acceptance::registry::<BuildsTrainer>()
         .register_precision("renamed-32", "32-true under another name", || Renamed)
         .unwrap();
-    let inventory = ember::Inventory::parse("", registry.catalog()).unwrap();
+    let inventory = ember_core::Inventory::parse("", registry.catalog()).unwrap();
     let flags = ember::TrainerFlags::default().plugins(vec!["renamed-32".to_owned()]);
-    let plan = ember::connect(&flags, &ember::Env::new(), &inventory, registry.catalog()).unwrap();
+    let plan = ember_core::connect(
+        &flags,
+        &ember::plugins::Env::new(),
+        &inventory,
+        registry.catalog(),
+    )
+    .unwrap();
     let (strategy, precision) = registry
         .run(BuildsTrainer, &plan, None, &inventory)
         .unwrap();

@@ -24,8 +24,8 @@ fn the_harness_catches_writes_without_the_atomic_protocol() {
 #[test]
 fn a_damaged_checkpoint_is_reported_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
-    let bytes = ember::trainer::checkpoint::Checkpoint::encode(
-        ember::trainer::checkpoint::Progress {
+    let bytes = ember::checkpoint::Checkpoint::encode(
+        ember_core::trainer::checkpoint::Progress {
             epoch: 3,
             global_step: 3,
             ..Default::default()

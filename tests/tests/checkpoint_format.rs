@@ -7,7 +7,7 @@ use std::path::Path;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::DType;
 use burn_flex::{Flex, FlexDevice};
-use ember::trainer::checkpoint::{Checkpoint, Progress, weights_of};
+use ember_core::trainer::checkpoint::{Checkpoint, Progress, weights_of};
 
 fn checkpoint_of(model: &Linear<Flex>) -> Checkpoint {
     let bytes = Checkpoint::encode(

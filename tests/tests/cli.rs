@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use ember::{Cli, CliOutcome, Env, Invocation};
+use ember::plugins::Env;
+use ember::{Cli, CliOutcome, Invocation};
 use ember_acceptance::{WhoRuns, env, registry};
 use serde::{Deserialize, Serialize};
 

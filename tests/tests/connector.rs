@@ -1,7 +1,8 @@
 //! ACCEPTANCE 1–15 and 18–23: selection rules through the pure connector, injected inventories.
 
-use ember::{DevicesFlag, Launcher, Precision, TrainerFlags};
+use ember::{DevicesFlag, Precision};
 use ember_acceptance::{env, plan, plan_with};
+use ember_core::{Launcher, TrainerFlags};
 
 fn flags() -> TrainerFlags {
     TrainerFlags::default()
@@ -275,17 +276,17 @@ fn a15_16_mixed_on_cpu_warns_and_uses_bf16_mixed() {
         .unwrap();
     // A host-CPU accelerator is always there, as cpu is: an injected inventory neither needs
     // nor takes a count for it.
-    let inv = ember::Inventory::parse("", registry.catalog()).unwrap();
-    let err = ember::Inventory::parse("mixedcpu=1", registry.catalog()).unwrap_err();
+    let inv = ember_core::Inventory::parse("", registry.catalog()).unwrap();
+    let err = ember_core::Inventory::parse("mixedcpu=1", registry.catalog()).unwrap_err();
     assert!(
         err.to_string().contains(
             "mixedcpu runs on the host CPU, which is always available and takes no count"
         ),
         "{err}"
     );
-    let p = ember::connect(
+    let p = ember_core::connect(
         &flags().accelerator("mixedcpu").precision("16-mixed"),
-        &ember::Env::new(),
+        &ember::plugins::Env::new(),
         &inv,
         registry.catalog(),
     )
@@ -343,7 +344,7 @@ fn a19_slurm_ranks_and_main_address() {
         (4, 2, 0, 1)
     );
     assert_eq!(p.main_address, "node01");
-    assert_eq!(p.main_port, ember::cluster::slurm_port(123456));
+    assert_eq!(p.main_port, ember_core::cluster::slurm_port(123456));
     let mut interactive = env(&SLURM);
     interactive.insert("SLURM_JOB_NAME".into(), "bash".into());
     assert_eq!(

@@ -4,9 +4,9 @@
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use ember::loggers::curves::{self, CURVES_FILE};
 use ember::{Trainer, TrainerOptions};
 use ember_acceptance::regression::{Regression, data, serial};
+use ember_core::loggers::curves::{self, CURVES_FILE};
 
 type B = Autodiff<Flex>;
 

@@ -10,11 +10,11 @@ use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::callbacks::{BackboneFinetuning, BackboneFinetuningConfig, Callback, CallbackContext};
 use ember::freezing::{freeze, trainable_under, unfreeze};
-use ember::trainer::summary::summarize;
 use ember::{Plan, Precision, Trainer, TrainerOptions};
 use ember_acceptance::regression::{Batch, ItemBatcher, items, serial};
 use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
 use ember_acceptance::tuned::{LR, Tuned, data, options};
+use ember_core::trainer::summary::summarize;
 
 type B = Autodiff<Flex>;
 

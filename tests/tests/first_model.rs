@@ -8,9 +8,11 @@ use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::cpu::CpuAccelerator;
+use ember::optim;
 use ember::prelude::*;
-use ember::{MissingStep, Plan, Precision, TrainerOptions};
+use ember::{Plan, Precision, TrainerOptions};
 use ember_acceptance::regression::{Batch, FEATURES, Item, ItemBatcher, items, serial};
+use ember_core::MissingStep;
 use serde::Deserialize;
 use serde_json::json;
 

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use ember::collective::{Collective, Engine};
+use ember::plugins::{Collective, Engine};
 use ember::{Cli, CliOutcome, Plan};
 use ember_acceptance::{WhoRuns, env, registry};
 

@@ -7,12 +7,12 @@
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::options::LrFind;
-use ember::trainer::checkpoint::weights_of;
-use ember::trainer::lr_find::sweep_rate;
 use ember::{Trainer, TrainerOptions};
 use ember_acceptance::regression::serial;
 use ember_acceptance::resume::float_bytes;
 use ember_acceptance::tuned::{Tuned, data, options};
+use ember_core::trainer::checkpoint::weights_of;
+use ember_core::trainer::lr_find::sweep_rate;
 
 type B = Autodiff<Flex>;
 

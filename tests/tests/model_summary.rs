@@ -6,7 +6,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use ember::trainer::summary::{SummaryRow, summarize};
+use ember_core::trainer::summary::{SummaryRow, summarize};
 
 type B = Autodiff<Flex>;
 

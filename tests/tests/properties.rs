@@ -1,7 +1,9 @@
 //! Random flag values and environments never panic the connector or the CLI, and every
 //! rejection names the input it rejects.
 
-use ember::{Cli, CliOutcome, Env, TrainerFlags};
+use ember::TrainerFlags;
+use ember::plugins::Env;
+use ember::{Cli, CliOutcome};
 use ember_acceptance::{WhoRuns, registry};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -113,8 +115,8 @@ proptest! {
         let section = Value::Object(values.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
         let registry = registry::<WhoRuns>();
         let result = TrainerFlags::from_value(&section).and_then(|flags| {
-            let inventory = ember::Inventory::from_env(&env, registry.catalog())?;
-            ember::connect(&flags, &env, &inventory, registry.catalog())
+            let inventory = ember_core::Inventory::from_env(&env, registry.catalog())?;
+            ember_core::connect(&flags, &env, &inventory, registry.catalog())
         });
         if let Err(e) = result {
             prop_assert!(

@@ -1,7 +1,7 @@
 //! ACCEPTANCE 23 and 24: registration by name, overrides, and the per-accelerator monomorphization.
 
-use ember::{Inventory, TrainerFlags};
 use ember_acceptance::{MixedCpu, WhoRuns, registry};
+use ember_core::{Inventory, TrainerFlags};
 
 #[test]
 fn a23_registering_a_name_twice_suggests_the_override() {
@@ -31,9 +31,10 @@ fn a23_registering_a_name_twice_suggests_the_override() {
     );
     assert!(
         ember::Registry::<WhoRuns>::new()
-            .register_strategy(ember::StrategyInfo::new("ddp", "again", true), |parts| Ok(
-                Box::new(ember::Ddp::new(parts))
-            ))
+            .register_strategy(
+                ember::plugins::StrategyInfo::new("ddp", "again", true),
+                |parts| Ok(Box::new(ember::plugins::Ddp::new(parts)))
+            )
             .is_err()
     );
 }
@@ -43,9 +44,9 @@ fn a24_the_job_runs_monomorphized_for_the_selected_accelerator() {
     let registry = registry::<WhoRuns>().register::<MixedCpu>().unwrap();
     let inventory = Inventory::probe(registry.catalog());
     for (name, backend) in [("cpu", "Flex"), ("mixedcpu", "Flex")] {
-        let plan = ember::connect(
+        let plan = ember_core::connect(
             &TrainerFlags::default().accelerator(name),
-            &ember::Env::new(),
+            &ember::plugins::Env::new(),
             &inventory,
             registry.catalog(),
         )
@@ -60,9 +61,9 @@ fn a24_the_job_runs_monomorphized_for_the_selected_accelerator() {
 fn an_injected_accelerator_the_machine_lacks_is_refused_at_run_time() {
     let registry = registry::<WhoRuns>();
     let inventory = Inventory::parse("tpu=8", registry.catalog()).unwrap();
-    let plan = ember::connect(
+    let plan = ember_core::connect(
         &TrainerFlags::default(),
-        &ember::Env::new(),
+        &ember::plugins::Env::new(),
         &inventory,
         registry.catalog(),
     )
@@ -77,7 +78,7 @@ fn an_injected_accelerator_the_machine_lacks_is_refused_at_run_time() {
 /// A precision plugin that runs on one process only.
 struct OneProcessBf16;
 
-impl ember::PrecisionPlugin for OneProcessBf16 {
+impl ember::plugins::PrecisionPlugin for OneProcessBf16 {
     fn name(&self) -> &str {
         "bf16-one"
     }
@@ -95,14 +96,14 @@ impl ember::PrecisionPlugin for OneProcessBf16 {
 /// ember's local environment under another name, refusing `ddp_sharded`.
 struct NoSharding;
 
-impl ember::ClusterEnvironment for NoSharding {
+impl ember::plugins::ClusterEnvironment for NoSharding {
     fn name(&self) -> &str {
         "nosharding"
     }
     fn description(&self) -> &str {
         "local, without ddp_sharded"
     }
-    fn detect(&self, env: &ember::Env) -> bool {
+    fn detect(&self, env: &ember::plugins::Env) -> bool {
         env.contains_key("NO_SHARDING")
     }
     fn creates_processes_externally(&self) -> bool {
@@ -110,11 +111,11 @@ impl ember::ClusterEnvironment for NoSharding {
     }
     fn ranks(
         &self,
-        env: &ember::Env,
+        env: &ember::plugins::Env,
         devices: usize,
         nodes: usize,
-    ) -> ember::error::PlanResult<ember::Ranks> {
-        ember::cluster::LocalEnvironment.ranks(env, devices, nodes)
+    ) -> ember_core::error::PlanResult<ember::plugins::Ranks> {
+        ember_core::cluster::LocalEnvironment.ranks(env, devices, nodes)
     }
     fn check_plan(&self, plan: &ember::Plan) -> Result<(), String> {
         match plan.strategy.as_str() {
@@ -130,13 +131,13 @@ impl ember::ClusterEnvironment for NoSharding {
 fn registered_plugins_refuse_plans_at_plan_time() {
     let registry = registry::<WhoRuns>()
         .register_strategy(
-            ember::StrategyInfo::new("pairs", "two ranks exactly", true).with_check(|plan| {
-                match plan.world_size {
+            ember::plugins::StrategyInfo::new("pairs", "two ranks exactly", true).with_check(
+                |plan| match plan.world_size {
                     2 => Ok(()),
                     n => Err(format!("it pairs ranks, and {n} is not 2")),
-                }
-            }),
-            |parts| Ok(Box::new(ember::Ddp::new(parts))),
+                },
+            ),
+            |parts| Ok(Box::new(ember::plugins::Ddp::new(parts))),
         )
         .unwrap()
         .register_precision("bf16-one", "one process only", || OneProcessBf16)
@@ -145,7 +146,7 @@ fn registered_plugins_refuse_plans_at_plan_time() {
         .unwrap();
     let inventory = Inventory::parse("", registry.catalog()).unwrap();
     let plan = |flags: TrainerFlags, env: &[(&str, &str)]| {
-        ember::connect(
+        ember_core::connect(
             &flags,
             &ember_acceptance::env(env),
             &inventory,
@@ -232,7 +233,7 @@ fn a_logger_cannot_take_a_name_the_logger_option_reads_and_one_by_any_other_name
     let dir = tempfile::tempdir().unwrap();
     let names = ["JsonlLogger".to_owned()];
     let mut loggers =
-        ember::registered::build::loggers(dir.path(), &names, registry.plugins()).unwrap();
+        ember_core::registered::build::loggers(dir.path(), &names, registry.plugins()).unwrap();
     loggers
         .log_metrics(&[("loss".to_owned(), 1.0)].into(), 3)
         .unwrap();
@@ -268,7 +269,7 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
     // Their names are taken, as a user's would be.
     assert!(
         ember::Registry::<WhoRuns>::new()
-            .register_precision("16-mixed", "again", ember::MixedPrecision::bf16)
+            .register_precision("16-mixed", "again", ember::plugins::MixedPrecision::bf16)
             .is_err()
     );
     assert!(
@@ -280,9 +281,10 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
     );
     // An override replaces a built-in strategy in the catalog and in what builds it.
     let replaced = ember::Registry::<WhoRuns>::new()
-        .register_override_strategy(ember::StrategyInfo::new("ddp", "mine", true), |parts| {
-            Ok(Box::new(ember::SingleDevice::new(parts)))
-        })
+        .register_override_strategy(
+            ember::plugins::StrategyInfo::new("ddp", "mine", true),
+            |parts| Ok(Box::new(ember::plugins::SingleDevice::new(parts))),
+        )
         .unwrap();
     let ddp = replaced.catalog().strategy("ddp").unwrap();
     assert_eq!(ddp.description, "mine");

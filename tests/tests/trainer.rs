@@ -694,12 +694,12 @@ fn tensorboard_event_files_are_valid_and_read_back_by_tensorboard() {
         let crc = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap());
         assert_eq!(
             crc(&bytes[at + 8..at + 12]),
-            ember::loggers::masked_crc(len_bytes)
+            ember_core::loggers::masked_crc(len_bytes)
         );
         let data = &bytes[at + 12..at + 12 + len];
         assert_eq!(
             crc(&bytes[at + 12 + len..at + 16 + len]),
-            ember::loggers::masked_crc(data)
+            ember_core::loggers::masked_crc(data)
         );
         at += 16 + len;
         records += 1;
@@ -743,7 +743,7 @@ fn a_one_process_trainer_offers_the_identity_collective() {
     assert_eq!(collective.all_gather(b"x").unwrap(), vec![b"x".to_vec()]);
     let mut values = [1.5f32, -2.0];
     collective
-        .all_reduce_f32(&mut values, ember::collective::ReduceOp::Sum)
+        .all_reduce_f32(&mut values, ember::plugins::ReduceOp::Sum)
         .unwrap();
     assert_eq!(values, [1.5, -2.0]);
 }

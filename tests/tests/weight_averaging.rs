@@ -18,7 +18,7 @@ use ember::callbacks::{
     AnnealingStrategy, Callback, CallbackContext, EMAWeightAveraging, EmaConfig,
     StochasticWeightAveraging, SwaConfig, SwaEpochStart,
 };
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember::{DataLoaders, FitOutcome, Loader, Trainer, TrainerOptions};
 use ember_acceptance::regression::{Batch, Item, ItemBatcher, items, serial};
 use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};

@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use ember::DevicesFlag;
 use ember::xla::XlaAccelerator;
-use ember::{Accelerator, DevicesFlag, Launcher, TrainerFlags};
 use ember_acceptance::{checkpoints, mpirun_available, plan, process};
+use ember_core::{Accelerator, Launcher, TrainerFlags};
 
 /// Whether XLA's CPU plugin is here with its 4 devices (saying why not when it is not).
 fn four_devices() -> bool {

@@ -6,8 +6,6 @@ pub use ember_derive::ConfigDefault;
 
 pub use crate::app::{App, InitModel};
 pub use crate::flags::TrainerFlags;
-pub use crate::metrics;
-pub use crate::optim;
 pub use crate::stage::Stage;
 pub use crate::trainer::Trainer;
 pub use crate::trainer::data::{

@@ -7,7 +7,134 @@
 //! accelerator; add your own with [`Registry::register`] and run jobs through [`Cli`].
 
 pub use burn;
-pub use ember_core::*;
+
+/// What a model author imports: `use ember::prelude::*;`.
+pub use ember_core::prelude;
+
+#[doc(inline)]
+pub use ember_core::{
+    // Applications, jobs and the command line.
+    App,
+    AppJob,
+    // Data.
+    ArrayFile,
+    Cli,
+    CliOutcome,
+    ConfigDefault,
+    // Models.
+    ConfiguredOptimizers,
+    DataLoaders,
+    DataModule,
+    DataSource,
+    // What a run is, and what it refuses.
+    DevicesFlag,
+    EpochEnd,
+    // The Trainer.
+    FitOutcome,
+    FlagError,
+    FromDataModule,
+    Hparams,
+    InitModel,
+    Invocation,
+    ItemKey,
+    Job,
+    LightningModule,
+    Loader,
+    LogOptions,
+    Manual,
+    ManualOptimization,
+    Optimizers,
+    Plan,
+    Plugin,
+    Precision,
+    Prediction,
+    Reduce,
+    // Names bound to types.
+    Registry,
+    RegistryError,
+    RunContext,
+    SchedulerInterval,
+    ShardFormat,
+    Shards,
+    Stack,
+    Stage,
+    StepLog,
+    TokenWindows,
+    Trainer,
+    TrainerBuilder,
+    TrainerFlags,
+    TrainerOptions,
+    TrainingModule,
+    epoch_permutation,
+};
+
+/// Accelerators: a burn backend under a run-time name (see `docs/custom-accelerator.md`).
+pub mod accelerator {
+    #[doc(inline)]
+    pub use ember_core::accelerator::{Accelerator, AcceleratorKind, DeviceStats};
+    #[doc(inline)]
+    pub use ember_core::devices::gpu_devices;
+}
+#[doc(inline)]
+pub use accelerator::Accelerator;
+
+/// The plugins a run is made of besides its accelerator: strategies, precision plugins,
+/// checkpoint IO, cluster environments and collectives (see `docs/plugins.md`).
+pub mod plugins {
+    #[doc(inline)]
+    pub use ember_core::checkpoint_io::{CheckpointIO, LocalCheckpointIO};
+    #[doc(inline)]
+    pub use ember_core::cluster::{ClusterEnvironment, Env, Ranks};
+    #[doc(inline)]
+    pub use ember_core::collective::{Collective, Engine, ReduceOp};
+    #[doc(inline)]
+    pub use ember_core::{
+        Ddp, DdpSharded, GradScaler, Gradients, MixedPrecision, OptimizerSharding,
+        ParallelGradients, PrecisionPlugin, Shard, SingleDevice, Strategy, StrategyInfo,
+        StrategyParts, TruePrecision, Weights,
+    };
+}
+
+/// Reading a checkpoint file ember wrote (its weights, optimizer state and progress).
+pub mod checkpoint {
+    #[doc(inline)]
+    pub use ember_core::trainer::checkpoint::Checkpoint;
+}
+
+/// The Trainer's loop options that take more than a number (see `docs/trainer.md`).
+pub mod options {
+    #[doc(inline)]
+    pub use ember_core::options::{
+        BatchSizeFind, CallbackSpec, CheckpointWrites, ClipAlgorithm, Limit, LrFind, ProfilerKind,
+        ScaleMode, SweepMode,
+    };
+}
+
+/// Where metrics and hyperparameters go (see `docs/trainer.md`, Loggers).
+pub mod loggers {
+    #[doc(inline)]
+    pub use ember_core::loggers::{CsvLogger, Logger, MlflowLogger, TensorBoardLogger};
+}
+
+/// Optimizers by name, as `configure_optimizers` returns them.
+pub mod optim {
+    #[doc(inline)]
+    pub use ember_core::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Sgd, SgdConfig};
+}
+
+/// Callbacks: code the Trainer calls at Lightning's hook points, ember's own and yours.
+pub mod callbacks {
+    #[doc(inline)]
+    pub use ember_core::callbacks::{
+        AnnealingStrategy, BackboneFinetuning, BackboneFinetuningConfig, BuiltCallbacks, Callback,
+        CallbackContext, DeviceStatsMonitor, EMAWeightAveraging, EarlyStopping,
+        EarlyStoppingConfig, EmaConfig, Freeze, LearningRateMonitor, Mode, ModelCheckpoint,
+        ModelCheckpointConfig, ProgressBar, StochasticWeightAveraging, SwaConfig, SwaEpochStart,
+        TrainerState,
+    };
+}
+
+pub use ember_core::{freezing, metrics, vision};
 
 #[cfg(feature = "cpu")]
 pub use ember_accel_cpu as cpu;

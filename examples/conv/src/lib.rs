@@ -15,6 +15,7 @@ use burn::prelude::*;
 use digits::data::{CLASSES, DigitsBatch, DigitsData};
 use digits::model::loss_and_accuracy;
 use ember::FlagError;
+use ember::optim;
 use ember::prelude::*;
 use serde::{Deserialize, Serialize};
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
 
 fn conv(dir: &Path, args: &[&str]) -> Output {

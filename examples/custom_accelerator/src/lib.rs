@@ -7,8 +7,8 @@
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use ember::devices::{DevicesFlag, gpu_devices};
-use ember::{Accelerator, AcceleratorKind, DeviceStats};
+use ember::accelerator::{AcceleratorKind, DeviceStats, gpu_devices};
+use ember::{Accelerator, DevicesFlag};
 
 /// Variable that sets how many XPU slots this host has.
 pub const SLOTS_VAR: &str = "XPU_SLOTS";

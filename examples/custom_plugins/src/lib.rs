@@ -18,19 +18,17 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use ember::callbacks::{Callback, CallbackContext};
-use ember::cluster::{Env, Ranks, optional_usize, required_usize};
-use ember::collective::ReduceOp;
-use ember::error::PlanResult;
 use ember::loggers::Logger;
-use ember::{
-    ClusterEnvironment, Gradients, Plan, Precision, PrecisionPlugin, Strategy, StrategyParts,
-    Weights,
+use ember::plugins::{
+    ClusterEnvironment, Ddp, Env, Gradients, PrecisionPlugin, Ranks, ReduceOp, Strategy,
+    StrategyParts, Weights,
 };
+use ember::{FlagError, Plan, Precision};
 
 /// Local SGD: each rank steps on its own gradients; every `every` steps the weights are
 /// averaged over the ranks (and once more at the end of `fit`, so the replicas agree).
 pub struct LocalSgd {
-    inner: ember::Ddp,
+    inner: Ddp,
     every: u64,
 }
 
@@ -41,7 +39,7 @@ impl LocalSgd {
     /// Local SGD over `parts`, averaging weights every `every` optimizer steps.
     pub fn new(parts: StrategyParts, every: u64) -> Self {
         Self {
-            inner: ember::Ddp::new(parts),
+            inner: Ddp::new(parts),
             every: every.max(1),
         }
     }
@@ -114,7 +112,7 @@ impl Strategy for LocalSgd {
     /// A last average, then the same replica check as ddp.
     fn teardown(&mut self, weights: &mut dyn Weights) -> anyhow::Result<()> {
         self.average(weights)?;
-        ember::plugins::ddp::check_replicas(self.collective(), &*weights, false)
+        self.inner.teardown(weights)
     }
 }
 
@@ -197,12 +195,21 @@ impl ClusterEnvironment for RenamedElastic {
         env.contains_key("JOB_ID")
     }
 
-    fn ranks(&self, env: &Env, _devices: usize, _nodes: usize) -> PlanResult<Ranks> {
+    fn ranks(&self, env: &Env, _devices: usize, _nodes: usize) -> Result<Ranks, FlagError> {
+        let required = |var: &str| {
+            env_usize(env, var)?.ok_or_else(|| {
+                let why = format!(
+                    "the {} cluster environment needs {var} to be set",
+                    Self::NAME
+                );
+                FlagError::new(var, "", why)
+            })
+        };
         let mut ranks = Ranks::new(
-            required_usize(env, "JOB_WORLD", Self::NAME)?,
-            required_usize(env, "JOB_RANK", Self::NAME)?,
-            optional_usize(env, "JOB_LOCAL_RANK")?.unwrap_or(0),
-            optional_usize(env, "JOB_NODE")?.unwrap_or(0),
+            required("JOB_WORLD")?,
+            required("JOB_RANK")?,
+            env_usize(env, "JOB_LOCAL_RANK")?.unwrap_or(0),
+            env_usize(env, "JOB_NODE")?.unwrap_or(0),
         )
         .check("JOB_WORLD", "JOB_RANK")?;
         if let Some(host) = env.get("JOB_HOST") {
@@ -210,6 +217,17 @@ impl ClusterEnvironment for RenamedElastic {
         }
         Ok(ranks)
     }
+}
+
+/// Variable `var` as a rank or a count: `None` when it is unset, an error naming it when it is
+/// not a non-negative integer.
+fn env_usize(env: &Env, var: &str) -> Result<Option<usize>, FlagError> {
+    let parse = |v: &String| {
+        v.trim()
+            .parse()
+            .map_err(|_| FlagError::new(var, v, "expected a non-negative integer"))
+    };
+    env.get(var).map(parse).transpose()
 }
 
 /// A callback registered by name: at the end of every training epoch, rank 0 prints

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use custom_plugins::{EpochLine, JsonLines, LocalSgd, RenamedElastic, StaticLossScale};
 use digits::Digits;
 use ember::burn::tensor::backend::AutodiffBackend;
-use ember::{App, AppJob, Registry, RegistryError, StrategyInfo, TrainerFlags};
+use ember::plugins::StrategyInfo;
+use ember::{App, AppJob, Registry, RegistryError, TrainerFlags};
 
 /// Optimizer steps between two weight averages of local SGD.
 const LOCAL_SGD_EVERY: u64 = 4;

@@ -39,8 +39,8 @@ use digits::train::DataConfig;
 use ember::callbacks::{Callback, CallbackContext};
 use ember::cuda::CudaAccelerator;
 use ember::options::Limit;
-use ember::plugins::dtype;
 use ember::{Accelerator, Plan, Precision, Trainer, TrainerOptions, epoch_permutation};
+use ember_core::plugins::dtype;
 use rounds::{median, rounds};
 
 type B = <CudaAccelerator as Accelerator>::Backend;

@@ -54,7 +54,7 @@ impl Callback for EpochClock {
         if let Some(start) = clock.started.take() {
             clock.epochs.push(start.elapsed().as_secs_f64());
         }
-        if clock.first_subnormal.is_none() && ember::host_float::take_subnormals_seen() {
+        if clock.first_subnormal.is_none() && ember_core::host_float::take_subnormals_seen() {
             clock.first_subnormal = Some(clock.epochs.len() - 1);
         }
         Ok(())
@@ -98,7 +98,7 @@ fn fit(flush_denormal: Option<bool>, max_epochs: usize) -> anyhow::Result<Fit> {
     let mut data = DigitsData::new(data);
     data.setup(Stage::Fit)?;
     let model = DigitsModel::<CpuBackend>::new(&model, trainer.device());
-    ember::host_float::take_subnormals_seen();
+    ember_core::host_float::take_subnormals_seen();
     let start = Instant::now();
     let out = trainer.fit(model, &mut data)?;
     let seconds = start.elapsed().as_secs_f64();

@@ -25,11 +25,10 @@ use clap::error::ErrorKind;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
+use ember::accelerator::AcceleratorKind;
 use ember::options::Limit;
-use ember::plugins::dtype;
-use ember::{
-    Accelerator, AcceleratorKind, DataModule, Plan, Precision, Stage, Trainer, TrainerOptions,
-};
+use ember::{Accelerator, DataModule, Plan, Precision, Stage, Trainer, TrainerOptions};
+use ember_core::plugins::dtype;
 
 #[path = "common/cpu_peak.rs"]
 mod cpu_peak;

@@ -169,7 +169,7 @@ fn fit<A: Accelerator>(work: &Workload) -> anyhow::Result<Fit> {
     // burn draws a parameter's initial values when it is first read, which `fit` does first
     // thing; jax's side draws its weights before its clock starts, so this side does too
     // (drawing the wide MLP's 1.1 M weights on the host took ~3.6 ms of a 450 ms fit).
-    ember::trainer::materialize(&model);
+    ember_core::trainer::materialize(&model);
     A::Backend::sync(trainer.device())?;
     let (start, cpu) = (Instant::now(), Cpu::now());
     let out = trainer.fit(model, &mut data)?;

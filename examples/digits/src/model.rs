@@ -3,6 +3,7 @@
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::prelude::*;
 use ember::prelude::*;
+use ember::{metrics, optim};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{CLASSES, DigitsBatch, PIXELS};

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember_acceptance::{mpirun_available, run_cpu_only};
 
 const VERSION_0: &str = "lightning_logs/version_0/checkpoints";

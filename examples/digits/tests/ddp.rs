@@ -15,7 +15,7 @@ use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use digits::model::{DigitsModel, Mlp, ModelConfig};
 use digits::train::{DataConfig, train_shards_by_hand};
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
 use ember_acceptance::process::{alive_after, ranks_of};
 use ember_acceptance::resume::flex_generator_turn;

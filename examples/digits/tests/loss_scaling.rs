@@ -11,10 +11,12 @@ use burn_flex::Flex;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
-use ember::plugins::dtype;
-use ember::trainer::checkpoint::Checkpoint;
-use ember::{GradScaler, Plan, Precision, Trainer, TrainerOptions};
+use ember::Trainer;
+use ember::checkpoint::Checkpoint;
+use ember::plugins::GradScaler;
+use ember::{Plan, Precision, TrainerOptions};
 use ember_acceptance::HalfCpu;
+use ember_core::plugins::dtype;
 
 type B = Autodiff<Flex>;
 

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember_acceptance::powerloss::{Disk, Log, Op, build_shim};
 use ember_acceptance::process::quiet;
 

@@ -5,8 +5,8 @@ use burn::tensor::DType;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
+use ember::checkpoint::Checkpoint;
 use ember::cpu::CpuAccelerator;
-use ember::trainer::checkpoint::Checkpoint;
 use ember::{Plan, Precision, Trainer, TrainerOptions};
 
 mod common;

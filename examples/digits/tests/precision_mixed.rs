@@ -8,8 +8,8 @@ use digits::data::DigitsData;
 use digits::model::{DigitsModel, ModelConfig};
 use digits::train::DataConfig;
 use ember::cpu::CpuAccelerator;
-use ember::plugins::dtype;
 use ember::{Plan, Precision, Trainer};
+use ember_core::plugins::dtype;
 
 mod common;
 

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use ember::burn::tensor::TensorData;
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
 
 /// `digits fit` with 2 ranks for 3 epochs, seed 42, plus `extra`, in `dir`.

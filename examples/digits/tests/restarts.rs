@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use burn_flex::{Flex, FlexDevice};
 use digits::model::{DigitsModel, ModelConfig};
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
 use ember_acceptance::process::{
     QUIET, in_a_fake_slurm_job, quiet, ranks_of, scontrol_asked, signal_at_line,

@@ -9,7 +9,8 @@ use burn_flex::FlexDevice;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, Mlp, ModelConfig};
 use digits::train::{DataConfig, fit_by_hand};
-use ember::{Accelerator, DeviceOf, Trainer, TrainerOptions};
+use ember::TrainerOptions;
+use ember_core::{Accelerator, DeviceOf, Trainer};
 
 /// Every float parameter's bits, in module order.
 struct Bits(Vec<Vec<u32>>);

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember_acceptance::{mpirun_available, run_cpu_only};
 
 /// Fits digits in `dir` with `args`; panics unless it succeeds.

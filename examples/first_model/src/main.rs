@@ -5,6 +5,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use ember::prelude::*;
+use ember::{metrics, optim};
 
 /// A point of [-1.5, 1.5]² and its class: 1 inside the unit circle, 0 outside.
 type Point = ([f32; 2], i64);

@@ -12,6 +12,7 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::activation::{sigmoid, softplus};
 use digits::data::{DigitsBatch, DigitsData, PIXELS};
+use ember::optim;
 use ember::prelude::*;
 use ember::{EpochEnd, FlagError, Manual};
 use serde::{Deserialize, Serialize};

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use ember::trainer::checkpoint::Checkpoint;
+use ember::checkpoint::Checkpoint;
 use ember_acceptance::{mpirun_available, reported, run_cpu_only};
 
 const QUIET: [&str; 2] = [

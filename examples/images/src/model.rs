@@ -9,6 +9,7 @@ use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
 use digits::model::loss_and_accuracy;
+use ember::optim;
 use ember::prelude::*;
 use serde::{Deserialize, Serialize};
 

@@ -13,6 +13,7 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::activation::softmax;
 use ember::FlagError;
+use ember::optim;
 use ember::prelude::*;
 
 pub use data::{CorpusData, DataConfig, TokenBatch};

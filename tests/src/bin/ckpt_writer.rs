@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use ember::checkpoint_io::{CheckpointIO, LocalCheckpointIO, WRITE_CHUNK};
-use ember::trainer::checkpoint::{Checkpoint, Progress};
 use ember_acceptance::fault::{DIRECT_WRITES, payload};
+use ember_core::checkpoint_io::{CheckpointIO, LocalCheckpointIO, WRITE_CHUNK};
+use ember_core::trainer::checkpoint::{Checkpoint, Progress};
 
 fn main() -> anyhow::Result<()> {
     let dir = PathBuf::from(std::env::args().nth(1).expect("usage: ckpt_writer DIR"));

@@ -1,5 +1,5 @@
 //! Images for training: [`Image`] (decoded pixels), [`ImageFolder`] (a data source of one
-//! folder per class) and the [`transforms`] a CIFAR or ImageNet recipe uses, each drawing its
+//! folder per class) and the transforms a CIFAR or ImageNet recipe uses, each drawing its
 //! randomness from the generator it is given (an item's [`ItemKey::rng`](crate::ItemKey::rng)).
 //!
 //! ```ignore
@@ -14,7 +14,7 @@
 //! ```
 
 mod folder;
-pub mod transforms;
+mod transforms;
 
 use std::path::Path;
 

@@ -6,6 +6,7 @@ use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::tanh;
+use ember::optim;
 use ember::prelude::*;
 
 /// x in [-1, 1] and sin(3x).

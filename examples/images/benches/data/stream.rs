@@ -14,6 +14,7 @@ use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::prelude::*;
 use ember::{Shards, TokenWindows, TrainerOptions};
+use ember::{metrics, optim};
 use rand::{RngExt, SeedableRng};
 
 /// Tokens per window, and windows per batch.
