@@ -128,7 +128,14 @@ impl ember::Job for BuildsTrainer {
 #[test]
 fn a_job_run_outside_the_cli_builds_the_registered_plugins_the_plan_names() {
     let registry = ember_acceptance::registry::<BuildsTrainer>()
-        .register_precision("renamed-32", "32-true under another name", || Renamed)
+        .register_precision(
+            ember::plugins::PrecisionInfo::new(
+                "renamed-32",
+                "32-true under another name",
+                ember::Precision::F32True,
+            ),
+            || Renamed,
+        )
         .unwrap();
     let inventory = ember_core::Inventory::parse("", registry.catalog()).unwrap();
     let flags = ember::TrainerFlags::default().plugins(vec!["renamed-32".to_owned()]);

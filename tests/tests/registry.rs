@@ -85,12 +85,19 @@ impl ember::plugins::PrecisionPlugin for OneProcessBf16 {
     fn precision(&self) -> ember::Precision {
         ember::Precision::Bf16Mixed
     }
-    fn check_plan(&self, plan: &ember::Plan) -> Result<(), String> {
-        match plan.world_size {
-            1 => Ok(()),
-            n => Err(format!("it keeps no state across {n} processes")),
-        }
-    }
+}
+
+/// How it is registered: it refuses more than one process.
+fn one_process_bf16() -> ember::plugins::PrecisionInfo {
+    let info = ember::plugins::PrecisionInfo::new(
+        "bf16-one",
+        "one process only",
+        ember::Precision::Bf16Mixed,
+    );
+    info.with_check(|plan| match plan.world_size {
+        1 => Ok(()),
+        n => Err(format!("it keeps no state across {n} processes")),
+    })
 }
 
 /// ember's local environment under another name, refusing `ddp_sharded`.
@@ -140,7 +147,7 @@ fn registered_plugins_refuse_plans_at_plan_time() {
             |parts| Ok(Box::new(ember::plugins::Ddp::new(parts))),
         )
         .unwrap()
-        .register_precision("bf16-one", "one process only", || OneProcessBf16)
+        .register_precision(one_process_bf16(), || OneProcessBf16)
         .unwrap()
         .register_cluster_environment(NoSharding)
         .unwrap();
@@ -269,7 +276,10 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
     // Their names are taken, as a user's would be.
     assert!(
         ember::Registry::<WhoRuns>::new()
-            .register_precision("16-mixed", "again", ember::plugins::MixedPrecision::bf16)
+            .register_precision(
+                ember::plugins::PrecisionInfo::new("16-mixed", "again", ember::Precision::F16Mixed),
+                || ember::plugins::MixedPrecision::f16(Default::default())
+            )
             .is_err()
     );
     assert!(

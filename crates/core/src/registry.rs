@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::accelerator::{self, Accelerator, AcceleratorKind};
 use crate::callbacks::Callback;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, PrecisionInfo};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::collective::{Collective, Engine};
@@ -132,15 +132,14 @@ impl<J: Job> Registry<J> {
     }
 
     /// Registers a precision plugin built by `factory`; it becomes selectable as
-    /// `--trainer.precision=NAME` or `--trainer.plugins=[NAME]`, and is planned as the named
-    /// precision it builds on ([`PrecisionPlugin::precision`]).
+    /// `--trainer.precision=NAME` or `--trainer.plugins=[NAME]` (`info.name`), and is planned
+    /// as the named precision it builds on (`info.base`), refusing what `info` refuses.
     pub fn register_precision<P: PrecisionPlugin + 'static>(
         self,
-        name: &str,
-        description: &str,
+        info: PrecisionInfo,
         factory: impl Fn() -> P + 'static,
     ) -> Result<Self, RegistryError> {
-        self.with_plugins(|p| p.register_precision(name, description, factory))
+        self.with_plugins(|p| p.register_precision(info, factory))
     }
 
     /// Registers a checkpoint IO built by `factory`; it becomes selectable as

@@ -90,8 +90,8 @@ pub mod plugins {
     #[doc(inline)]
     pub use ember_core::{
         Ddp, DdpSharded, GradScaler, Gradients, MixedPrecision, OptimizerSharding,
-        ParallelGradients, PrecisionPlugin, Shard, SingleDevice, Strategy, StrategyInfo,
-        StrategyParts, TruePrecision, Weights,
+        ParallelGradients, PrecisionInfo, PrecisionPlugin, Shard, SingleDevice, Strategy,
+        StrategyInfo, StrategyParts, TruePrecision, Weights,
     };
 }
 

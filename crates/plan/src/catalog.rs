@@ -72,6 +72,63 @@ pub struct PluginInfo {
     pub check: Option<PlanCheck>,
 }
 
+/// A precision plugin as the connector knows it before any is built: its name, a description,
+/// the named precision it builds on, and what plans it refuses (registered with its factory).
+#[derive(Debug, Clone)]
+pub struct PrecisionInfo {
+    /// Selection name (lowercase), as `--trainer.precision` or `--trainer.plugins` names it.
+    pub name: String,
+    /// One line for `--help`.
+    pub description: String,
+    /// The named precision it builds on (what its `precision()` returns): the device's float
+    /// type, and f32 master weights for the mixed ones.
+    pub base: Precision,
+    /// Its plan-time check ([`with_check`](Self::with_check)); `None` accepts every plan.
+    pub check: Option<PlanCheck>,
+}
+
+impl PrecisionInfo {
+    /// A precision plugin named `name`, building on `base`.
+    pub fn new(name: &str, description: &str, base: Precision) -> Self {
+        Self {
+            name: name.to_ascii_lowercase(),
+            description: description.to_owned(),
+            base,
+            check: None,
+        }
+    }
+
+    /// Refuses plans `check` returns `Err(why)` for: choosing it then exits 2 with `why`
+    /// while planning (`--print-plan` shows it), before any process starts.
+    ///
+    /// ```
+    /// # use ember_plan::{Precision, PrecisionInfo};
+    /// let info = PrecisionInfo::new("bf16-one", "bf16-mixed, one process", Precision::Bf16Mixed)
+    ///     .with_check(|plan| match plan.world_size {
+    ///         1 => Ok(()),
+    ///         n => Err(format!("it keeps no state across {n} processes")),
+    ///     });
+    /// ```
+    pub fn with_check(
+        mut self,
+        check: impl Fn(&crate::plan::Plan) -> Result<(), String> + 'static,
+    ) -> Self {
+        self.check = Some(PlanCheck::new(check));
+        self
+    }
+}
+
+impl From<PrecisionInfo> for PluginInfo {
+    fn from(info: PrecisionInfo) -> Self {
+        Self {
+            name: info.name,
+            description: info.description,
+            kind: PluginKind::Precision(info.base),
+            check: info.check,
+        }
+    }
+}
+
 impl PluginInfo {
     /// Whether it is a precision plugin under a name of its own, not the plugin of a named
     /// precision (`16-mixed`).

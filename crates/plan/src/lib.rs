@@ -28,7 +28,7 @@ pub mod strategy;
 mod world;
 
 pub use accelerator::AcceleratorKind;
-pub use catalog::{AcceleratorSpec, Catalog};
+pub use catalog::{AcceleratorSpec, Catalog, PrecisionInfo};
 pub use check::PlanCheck;
 pub use cluster::{ClusterEnvironment, Env, Ranks};
 pub use collective::{Collective, Engine, KeyValueStore, LocalKeyValueStore, ReduceOp};

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use custom_plugins::{EpochLine, JsonLines, LocalSgd, RenamedElastic, StaticLossScale};
 use digits::Digits;
+use ember::Precision;
 use ember::burn::tensor::backend::AutodiffBackend;
-use ember::plugins::StrategyInfo;
+use ember::plugins::{PrecisionInfo, StrategyInfo};
 use ember::{App, AppJob, Registry, RegistryError, TrainerFlags};
 
 /// Optimizer steps between two weight averages of local SGD.
@@ -45,8 +46,11 @@ impl App for CustomPlugins {
                 |parts| Ok(Box::new(LocalSgd::new(parts, LOCAL_SGD_EVERY))),
             )?
             .register_precision(
-                StaticLossScale::NAME,
-                "example: bf16-mixed with a fixed loss scale of 1024",
+                PrecisionInfo::new(
+                    StaticLossScale::NAME,
+                    "example: bf16-mixed with a fixed loss scale of 1024",
+                    Precision::Bf16Mixed,
+                ),
                 || StaticLossScale {
                     scale: 1024.0,
                     skipped: 0,

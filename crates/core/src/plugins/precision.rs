@@ -14,7 +14,6 @@ use burn::tensor::{FloatDType, Tensor};
 use serde_json::Value;
 
 use crate::options::ClipAlgorithm;
-use crate::plan::Plan;
 use crate::plugins::access::Gradients;
 use crate::plugins::dtype;
 use crate::plugins::scaler::GradScaler;
@@ -29,13 +28,6 @@ pub trait PrecisionPlugin {
     /// The named precision it builds on: the device's float type, and f32 master weights for
     /// the mixed ones.
     fn precision(&self) -> Precision;
-
-    /// Refuses a plan it cannot run (`Err(why)`): a plugin registered by name is asked while
-    /// the run is planned, and a refusal exits 2 naming the flag that chose it.
-    fn check_plan(&self, plan: &Plan) -> Result<(), String> {
-        let _ = plan;
-        Ok(())
-    }
 
     /// Whether the loop keeps f32 master weights and computes each step with a cast copy
     /// ([`compute_dtype`](Self::compute_dtype) decides each parameter's type).

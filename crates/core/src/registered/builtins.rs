@@ -9,6 +9,7 @@ use crate::callbacks::{
     BackboneFinetuning, DeviceStatsMonitor, EMAWeightAveraging, EarlyStopping, LearningRateMonitor,
     ModelCheckpoint, ProgressBar, StochasticWeightAveraging,
 };
+use crate::catalog::PrecisionInfo;
 use crate::loggers::{CsvLogger, MlflowLogger, TensorBoardLogger};
 use crate::options::init_args;
 use crate::plugins::ddp::Ddp;
@@ -71,6 +72,9 @@ fn strategies(plugins: Plugins) -> Result<Plugins, RegistryError> {
 }
 
 fn precisions(plugins: Plugins) -> Result<Plugins, RegistryError> {
+    let info = |precision: Precision, description| {
+        PrecisionInfo::new(precision.name(), description, precision)
+    };
     let true_precisions = [
         (Precision::F32True, "everything in f32"),
         (Precision::F64True, "everything in f64"),
@@ -79,19 +83,20 @@ fn precisions(plugins: Plugins) -> Result<Plugins, RegistryError> {
     ];
     let mut plugins = plugins;
     for (precision, description) in true_precisions {
-        plugins = plugins.register_precision(precision.name(), description, move || {
+        plugins = plugins.register_precision(info(precision, description), move || {
             TruePrecision(precision)
         })?;
     }
     plugins
         .register_precision(
-            Precision::F16Mixed.name(),
-            "f32 master weights, f16 compute, dynamic loss scaling",
+            info(
+                Precision::F16Mixed,
+                "f32 master weights, f16 compute, dynamic loss scaling",
+            ),
             || MixedPrecision::f16(GradScaler::default()),
         )?
         .register_precision(
-            Precision::Bf16Mixed.name(),
-            "f32 master weights, bf16 compute",
+            info(Precision::Bf16Mixed, "f32 master weights, bf16 compute"),
             MixedPrecision::bf16,
         )
 }

@@ -10,8 +10,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::callbacks::{Callback, CallbackFactory};
-use crate::catalog::{Catalog, PluginInfo, PluginKind, RESERVED_ACCELERATOR_NAMES};
-use crate::check::PlanCheck;
+use crate::catalog::{Catalog, PluginInfo, PluginKind, PrecisionInfo, RESERVED_ACCELERATOR_NAMES};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::loggers::{Logger, LoggerFactory};
@@ -189,21 +188,18 @@ impl Plugins {
         Ok(self)
     }
 
-    /// Registers a precision plugin built by `factory`, planned as the named precision it
-    /// builds on ([`PrecisionPlugin::precision`]) and checked with its
-    /// [`check_plan`](PrecisionPlugin::check_plan).
+    /// Registers a precision plugin built by `factory`, planned as `info` says: the named
+    /// precision it builds on and the plans it refuses. Nothing is built until a run uses it
+    /// (then once, by the Trainer's builder, which checks it builds on `info.base`).
     pub fn register_precision<P: PrecisionPlugin + 'static>(
         mut self,
-        name: &str,
-        description: &str,
+        info: PrecisionInfo,
         factory: impl Fn() -> P + 'static,
     ) -> Result<Self, RegistryError> {
+        let name = info.name.clone();
+        self.add_plugin(info.into())?;
         let factory: PrecisionFactory = Arc::new(move || Box::new(factory()));
-        let base = factory().precision();
-        let build = Arc::clone(&factory);
-        let check = PlanCheck::new(move |plan| build().check_plan(plan));
-        self.add_plugin(name, description, PluginKind::Precision(base), Some(check))?;
-        set(&mut self.precisions, name, factory);
+        set(&mut self.precisions, &name, factory);
         Ok(self)
     }
 
@@ -214,7 +210,12 @@ impl Plugins {
         description: &str,
         factory: impl Fn() -> C + 'static,
     ) -> Result<Self, RegistryError> {
-        self.add_plugin(name, description, PluginKind::CheckpointIo, None)?;
+        self.add_plugin(PluginInfo {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            kind: PluginKind::CheckpointIo,
+            check: None,
+        })?;
         let factory: CheckpointIoFactory = Arc::new(move || Arc::new(factory()));
         set(&mut self.checkpoint_ios, name, factory);
         Ok(self)
@@ -317,30 +318,19 @@ impl Plugins {
         Ok(())
     }
 
-    fn add_plugin(
-        &mut self,
-        name: &str,
-        description: &str,
-        kind: PluginKind,
-        check: Option<PlanCheck>,
-    ) -> Result<(), RegistryError> {
+    fn add_plugin(&mut self, info: PluginInfo) -> Result<(), RegistryError> {
         // The plugin of a named precision takes that precision's name.
         let names_its_precision =
-            matches!(kind, PluginKind::Precision(base) if base.name() == name);
+            matches!(info.kind, PluginKind::Precision(base) if base.name() == info.name);
         if !names_its_precision {
-            self.check_free("plugin", name)?;
-        } else if self.catalog.plugin(name).is_some() {
+            self.check_free("plugin", &info.name)?;
+        } else if self.catalog.plugin(&info.name).is_some() {
             return Err(RegistryError::Duplicate {
                 what: "plugin",
-                name: name.to_owned(),
+                name: info.name,
             });
         }
-        self.catalog.plugins.push(PluginInfo {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            kind,
-            check,
-        });
+        self.catalog.plugins.push(info);
         Ok(())
     }
 
