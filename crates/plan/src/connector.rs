@@ -36,7 +36,7 @@ pub fn connect(
     let num_nodes = check_num_nodes(flags.num_nodes)?;
     let chosen = select_plugins(flags, catalog)?;
     let precision = select_precision(
-        chosen.precision_base.unwrap_or(&flags.precision),
+        chosen.precision_base().unwrap_or(&flags.precision),
         catalog,
         accelerator,
         &mut warnings,
@@ -76,6 +76,7 @@ pub fn connect(
         &strategy,
         distributed,
     )?;
+    let precision_plugin = chosen.own_precision_plugin();
     let chosen_by = chosen.by;
     let plan = Plan {
         accelerator: accelerator.name.to_owned(),
@@ -85,7 +86,7 @@ pub fn connect(
         precision,
         deterministic: flags.deterministic,
         flush_denormal,
-        precision_plugin: chosen.precision_plugin,
+        precision_plugin,
         checkpoint_io: chosen.checkpoint_io,
         process_group_backend,
         cluster_environment: environment.name().to_owned(),
@@ -314,12 +315,8 @@ fn select_precision(
 /// What `--trainer.plugins`, `--trainer.precision` and `--trainer.cluster_environment` chose
 /// among the registered plugins.
 struct ChosenPlugins<'c> {
-    /// The precision plugin chosen under a name of its own.
-    precision_plugin: Option<String>,
     /// The checkpoint IO chosen by name.
     checkpoint_io: Option<String>,
-    /// The named precision a registered precision plugin builds on.
-    precision_base: Option<&'c str>,
     /// The cluster environment chosen by name.
     environment: Option<&'c Arc<dyn ClusterEnvironment>>,
     /// The process group backend chosen by name.
@@ -328,11 +325,26 @@ struct ChosenPlugins<'c> {
     by: ChosenBy<'c>,
 }
 
+impl<'c> ChosenPlugins<'c> {
+    /// The named precision the chosen precision plugin builds on.
+    fn precision_base(&self) -> Option<&'c str> {
+        match self.by.precision_plugin?.1.kind {
+            PluginKind::Precision(base) => Some(base.name()),
+            PluginKind::CheckpointIo => None,
+        }
+    }
+
+    /// The chosen precision plugin when it has a name of its own (a named precision's own
+    /// plugin is the plan's default for that precision, left unnamed).
+    fn own_precision_plugin(&self) -> Option<String> {
+        let (_, info) = self.by.precision_plugin?;
+        info.is_own_precision_plugin().then(|| info.name.clone())
+    }
+}
+
 fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<ChosenPlugins<'c>> {
     let mut chosen = ChosenPlugins {
-        precision_plugin: None,
         checkpoint_io: None,
-        precision_base: None,
         environment: None,
         process_group: None,
         by: ChosenBy {
@@ -398,33 +410,24 @@ fn select_plugins<'c>(flags: &TrainerFlags, catalog: &'c Catalog) -> PlanResult<
                 format!("unknown plugin; allowed: {}", catalog.plugin_choices()),
             )
         })?;
-        let (slot, what) = match info.kind {
-            PluginKind::Precision(base) => {
-                if let Some(first) = chosen.by.precision_plugin.map(|(_, p)| p)
-                    && first.name != info.name
-                {
+        match info.kind {
+            PluginKind::Precision(_) => match chosen.by.precision_plugin {
+                Some((_, first)) if first.name != info.name => {
                     return Err(clash("precision plugin", &first.name));
                 }
-                chosen.precision_base = Some(base.name());
-                chosen.by.precision_plugin = Some((flag, info));
-                // A named precision's own plugin is the plan's default for it.
-                if !info.is_own_precision_plugin() {
-                    continue;
-                }
-                (&mut chosen.precision_plugin, "precision plugin")
-            }
-            PluginKind::CheckpointIo => (&mut chosen.checkpoint_io, "checkpoint IO"),
-        };
-        match slot {
-            Some(first) if *first != info.name => return Err(clash(what, first)),
-            _ => *slot = Some(info.name.clone()),
+                _ => chosen.by.precision_plugin = Some((flag, info)),
+            },
+            PluginKind::CheckpointIo => match &chosen.checkpoint_io {
+                Some(first) if *first != info.name => return Err(clash("checkpoint IO", first)),
+                _ => chosen.checkpoint_io = Some(info.name.clone()),
+            },
         }
     }
     // A precision plugin from --trainer.plugins sets the precision unless the flag asks for
     // another one than the default.
     if let (Some((_, info)), Some(base), None) = (
         chosen.by.precision_plugin,
-        chosen.precision_base,
+        chosen.precision_base(),
         named_precision,
     ) {
         let plugin = &info.name;

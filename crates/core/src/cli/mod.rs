@@ -332,7 +332,7 @@ where
         }
         let trainer = TrainerFlags::from_value(&merged["trainer"])?;
         let callbacks = build::callbacks(&trainer.options.callbacks, registry.plugins())?;
-        build::logger_names(&trainer.options.logger, registry.plugins())?;
+        registry.plugins().logger_names(&trainer.options.logger)?;
         let model = section("model", &merged, defaults)?;
         let data = section("data", &merged, defaults)?;
         let inventory = Inventory::from_env(env, registry.catalog())?;

@@ -234,13 +234,14 @@ pub fn scale_loss<B: Backend>(plugin: &dyn PrecisionPlugin, loss: Tensor<B, 1>) 
     }
 }
 
-/// The model a forward pass runs on under `plugin`: when it casts for compute, a copy with
-/// each parameter in its [compute type](PrecisionPlugin::compute_dtype) (gradients still reach
-/// the model's own parameters); else the model itself.
-pub fn compute_model<B: Backend, M: Module<B>>(plugin: &dyn PrecisionPlugin, model: M) -> M {
-    if plugin.casts_for_compute() {
-        dtype::compute_by_path(model, &|path| plugin.compute_dtype(path))
-    } else {
-        model
-    }
+/// The copy of `model` a forward pass runs on under `plugin` when it casts for compute, each
+/// parameter in its [compute type](PrecisionPlugin::compute_dtype) (gradients still reach the
+/// model's own parameters); `None` when the model computes in its own types (nothing copied).
+pub fn compute_copy<B: Backend, M: Module<B>>(
+    plugin: &dyn PrecisionPlugin,
+    model: &M,
+) -> Option<M> {
+    plugin
+        .casts_for_compute()
+        .then(|| dtype::compute_by_path(model.clone(), &|path| plugin.compute_dtype(path)))
 }

@@ -6,7 +6,7 @@ use super::Plugins;
 use crate::callbacks::Callback;
 use crate::error::{FlagError, PlanResult};
 use crate::loggers::{LOGS_DIR_NAME, Loggers, next_version_dir};
-use crate::options::{CallbackSpec, unknown_callback, unknown_logger};
+use crate::options::{CallbackSpec, unknown_callback};
 
 /// Builds the callback a config entry names, one of ember's or an application's. Names match
 /// case- and `_`-insensitively, and a Lightning class path
@@ -30,19 +30,10 @@ pub fn callbacks(specs: &[CallbackSpec], plugins: &Plugins) -> PlanResult<Vec<Bo
     specs.iter().map(|spec| callback(spec, plugins)).collect()
 }
 
-/// The registered loggers `names` select, each after what it brings along; a name that
-/// selects none is a plan-time error of `--trainer.logger`.
-pub fn logger_names<'a>(names: &'a [String], plugins: &'a Plugins) -> PlanResult<Vec<&'a str>> {
-    plugins.logger_names(names).map_err(|name| {
-        let registered = plugins.catalog().loggers.iter().map(|(n, _)| n.as_str());
-        FlagError::new("--trainer.logger", name, unknown_logger(registered))
-    })
-}
-
 /// The loggers `names` select, in a fresh version directory under `root` (none with no
 /// names), plus the tracing text logger.
 pub fn loggers(root: &Path, names: &[String], plugins: &Plugins) -> anyhow::Result<Loggers> {
-    let chosen = logger_names(names, plugins)?;
+    let chosen = plugins.logger_names(names)?;
     if chosen.is_empty() {
         return Ok(Loggers::new(Vec::new(), None));
     }

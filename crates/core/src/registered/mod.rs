@@ -13,8 +13,9 @@ use crate::callbacks::{Callback, CallbackFactory};
 use crate::catalog::{Catalog, PluginInfo, PluginKind, PrecisionInfo, RESERVED_ACCELERATOR_NAMES};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
+use crate::error::{FlagError, PlanResult};
 use crate::loggers::{Logger, LoggerFactory};
-use crate::options::{callback_key, logger_key};
+use crate::options::{callback_key, is_logger_flag, logger_key, unknown_logger};
 use crate::plan::Plan;
 use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::strategy::{Strategy, StrategyFactory, StrategyParts};
@@ -111,9 +112,6 @@ fn list_free(
     listed.push((name.to_owned(), description.to_owned()));
     Ok(())
 }
-
-/// What the loggers option reads as a flag rather than a name.
-const LOGGER_FLAGS: [&str; 2] = ["true", "false"];
 
 /// A logger registered by name: its factory, and the logger it brings along unless chosen
 /// itself (an experiment tracker's local copy).
@@ -282,7 +280,7 @@ impl Plugins {
         brings: Option<&str>,
     ) -> Result<Self, RegistryError> {
         check_name("logger", name)?;
-        if LOGGER_FLAGS.contains(&name) {
+        if is_logger_flag(name) {
             return Err(RegistryError::Duplicate {
                 what: "logger",
                 name: name.to_owned(),
@@ -305,8 +303,8 @@ impl Plugins {
     /// Refuses a plugin or environment name that is malformed or already means something.
     fn check_free(&self, what: &'static str, name: &str) -> Result<(), RegistryError> {
         check_name(what, name)?;
-        let taken = ember_plan::precision::Precision::parse(name).is_ok()
-            || self.catalog.plugin(name).is_some()
+        // The six named precisions are taken by their plugins, registered first.
+        let taken = self.catalog.plugin(name).is_some()
             || self.catalog.cluster_environment(name).is_some()
             || self.catalog.process_group_backends().contains(&name);
         if taken {
@@ -319,17 +317,7 @@ impl Plugins {
     }
 
     fn add_plugin(&mut self, info: PluginInfo) -> Result<(), RegistryError> {
-        // The plugin of a named precision takes that precision's name.
-        let names_its_precision =
-            matches!(info.kind, PluginKind::Precision(base) if base.name() == info.name);
-        if !names_its_precision {
-            self.check_free("plugin", &info.name)?;
-        } else if self.catalog.plugin(&info.name).is_some() {
-            return Err(RegistryError::Duplicate {
-                what: "plugin",
-                name: info.name,
-            });
-        }
+        self.check_free("plugin", &info.name)?;
         self.catalog.plugins.push(info);
         Ok(())
     }
@@ -392,12 +380,15 @@ impl Plugins {
     }
 
     /// The registered names of the loggers `names` select (as the logger option compares
-    /// names), after what they bring along unless chosen themselves; `Err(name)` for the first
-    /// name that selects none.
-    pub fn logger_names<'a>(&'a self, names: &'a [String]) -> Result<Vec<&'a str>, &'a str> {
+    /// names), after what they bring along unless chosen themselves; a name that selects none
+    /// is a plan-time error of `--trainer.logger`.
+    pub fn logger_names<'a>(&'a self, names: &'a [String]) -> PlanResult<Vec<&'a str>> {
         let mut chosen = Vec::new();
         for name in names {
-            let entry = self.logger_entry(name).ok_or(name.as_str())?;
+            let entry = self.logger_entry(name).ok_or_else(|| {
+                let registered = self.catalog.loggers.iter().map(|(n, _)| n.as_str());
+                FlagError::new("--trainer.logger", name, unknown_logger(registered))
+            })?;
             chosen.push(entry.name.as_str());
         }
         let mut brought: Vec<&str> = Vec::new();

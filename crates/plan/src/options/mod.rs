@@ -25,7 +25,7 @@ pub use values::{
     CheckpointWrites, ClipAlgorithm, Count, CountOrNull, DEFAULT_LOGGER, Directory, EpochLimit,
     FileOrNull, Flag, FlagOrCount, FlagOrNull, Interval, Kind, Limit, LoggerNames, Megabytes,
     Positive, PositiveOrNull, ProfilerChoice, ProfilerKind, SanitySteps, Seconds, StepLimit,
-    ThresholdOrNull, logger_key, unknown_logger,
+    ThresholdOrNull, is_logger_flag, logger_key, unknown_logger,
 };
 
 /// One loop option as `--help` and the docs show it.

@@ -201,6 +201,12 @@ pub fn logger_key(name: &str) -> String {
     }
 }
 
+/// Whether the logger option reads `name` as a flag (`true`, `false`) rather than a logger's
+/// name, so that no logger can be registered under it.
+pub fn is_logger_flag(name: &str) -> bool {
+    boolean(&Value::String(name.to_owned())).is_some()
+}
+
 /// What is allowed when a logger name is not known: the flags and the registered names.
 pub fn unknown_logger<'a>(registered: impl IntoIterator<Item = &'a str>) -> String {
     format!(

@@ -86,6 +86,7 @@ impl EvaluationLoop {
 impl<B: AutodiffBackend> Trainer<B> {
     /// The model validation runs on during `fit`: the inner module, in the compute types.
     pub(in crate::trainer) fn eval_model<M: AutodiffModule<B>>(&self, model: &M) -> M::InnerModule {
-        precision::compute_model(self.precision(), model.valid())
+        let model = model.valid();
+        precision::compute_copy(self.precision(), &model).unwrap_or(model)
     }
 }

@@ -172,7 +172,7 @@ where
     /// The model a forward pass should run on: under a mixed precision its copy in the
     /// compute types (gradients still reach the model's own parameters), otherwise the model.
     pub fn compute(&self, model: &M) -> M {
-        precision::compute_model(self.cx.trainer.precision(), model.clone())
+        precision::compute_copy(self.cx.trainer.precision(), model).unwrap_or_else(|| model.clone())
     }
 
     /// The backward pass of `loss`, scaled as the precision plugin says (Lightning's

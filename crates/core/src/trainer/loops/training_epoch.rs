@@ -175,11 +175,9 @@ where
         batch: M::Batch,
         log: &mut StepLog<B>,
     ) -> burn::tensor::Tensor<B, 1> {
-        let precision = self.trainer.precision();
-        if precision.casts_for_compute() {
-            precision::compute_model(precision, self.opt.model.clone()).training_step(batch, log)
-        } else {
-            self.opt.model.training_step(batch, log)
+        match precision::compute_copy(self.trainer.precision(), &self.opt.model) {
+            Some(copy) => copy.training_step(batch, log),
+            None => self.opt.model.training_step(batch, log),
         }
     }
 
