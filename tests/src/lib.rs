@@ -20,8 +20,10 @@ use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::accelerator::{AcceleratorKind, DeviceStats};
 use ember::plugins::Env;
-use ember::{Accelerator, FlagError, Job, Plan, Precision, Registry, RunContext, TrainerFlags};
-use ember_core::Inventory;
+use ember::{
+    Accelerator, Cli, CliOutcome, FlagError, Job, Plan, Precision, Registry, RunContext,
+    TrainerFlags,
+};
 
 /// A job that reports which accelerator type it was monomorphized for.
 pub struct WhoRuns;
@@ -182,12 +184,55 @@ pub fn env(pairs: &[(&str, &str)]) -> Env {
 
 /// Plans `flags` with an injected inventory (`"cuda=4,wgpu=1"`; `""` is cpu only).
 pub fn plan_with(flags: &TrainerFlags, inventory: &str, env: &Env) -> Result<Plan, FlagError> {
-    let registry = registry::<WhoRuns>();
-    let inventory = Inventory::parse(inventory, registry.catalog())?;
-    ember_core::connect(flags, env, &inventory, registry.catalog())
+    registry::<WhoRuns>().plan(flags, &injected(inventory, env))
+}
+
+/// `env` with `EMBER_INVENTORY` set to `inventory` (`"cuda=4,wgpu=1"`; `""` is cpu only):
+/// a machine described rather than probed.
+pub fn injected(inventory: &str, env: &Env) -> Env {
+    let mut env = env.clone();
+    env.insert("EMBER_INVENTORY".to_owned(), inventory.to_owned());
+    env
 }
 
 /// Plans `flags` with an injected inventory and no cluster variables.
 pub fn plan(flags: &TrainerFlags, inventory: &str) -> Result<Plan, FlagError> {
     plan_with(flags, inventory, &Env::new())
+}
+
+/// Runs `args` (after the program name) through a CLI with empty model and data sections and
+/// `registry`, as `ember::run` would, with environment `env`.
+pub fn execute<J: Job>(
+    registry: &Registry<J>,
+    args: &[&str],
+    env: &Env,
+    job: impl FnOnce() -> J,
+) -> CliOutcome<J::Output> {
+    type Section = std::collections::BTreeMap<String, String>;
+    let argv = std::iter::once("app")
+        .chain(args.iter().copied())
+        .map(String::from);
+    Cli::new("app", "test app", Section::new(), Section::new())
+        .execute(argv, env, registry, |_| job())
+}
+
+/// The names `fit --help` lists under `heading` (e.g. `Strategies`), each with its description.
+pub fn listed<J: Job>(registry: &Registry<J>, heading: &str) -> Vec<(String, String)> {
+    let CliOutcome::Printed(help) = execute(registry, &["fit", "--help"], &Env::new(), || {
+        unreachable!("help runs no job")
+    }) else {
+        panic!("fit --help prints its help");
+    };
+    let start = help
+        .find(&format!("\n{heading} ("))
+        .unwrap_or_else(|| panic!("no {heading} in\n{help}"));
+    help[start + 1..]
+        .lines()
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .map(|line| {
+            let (name, description) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
+            (name.to_owned(), description.trim().to_owned())
+        })
+        .collect()
 }

@@ -120,7 +120,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for Pair<B> {
                 let model = opt.step(0, self, a)?;
                 opt.step(1, model, b)
             }
-            _ => Err(ember_core::MissingStep("manual_training_step").into()),
+            _ => Err(ember::MissingStep("manual_training_step").into()),
         }
     }
 }

@@ -137,18 +137,19 @@ fn a_job_run_outside_the_cli_builds_the_registered_plugins_the_plan_names() {
             || Renamed,
         )
         .unwrap();
-    let inventory = ember_core::Inventory::parse("", registry.catalog()).unwrap();
+    let env = ember_acceptance::injected("", &ember::plugins::Env::new());
     let flags = ember::TrainerFlags::default().plugins(vec!["renamed-32".to_owned()]);
-    let plan = ember_core::connect(
-        &flags,
-        &ember::plugins::Env::new(),
-        &inventory,
-        registry.catalog(),
-    )
-    .unwrap();
-    let (strategy, precision) = registry
-        .run(BuildsTrainer, &plan, None, &inventory)
-        .unwrap();
+    let plan = registry.plan(&flags, &env).unwrap();
+    let args = [
+        "fit",
+        "--trainer.plugins=[renamed-32]",
+        "--trainer.logger=false",
+    ];
+    let ember::CliOutcome::Ran((strategy, precision)) =
+        ember_acceptance::execute(&registry, &args, &env, || BuildsTrainer)
+    else {
+        panic!("the run with the renamed plugin fails");
+    };
     assert_eq!(
         (strategy.as_str(), precision.as_str()),
         ("single_device", "renamed-32")

@@ -25,7 +25,7 @@ fn the_harness_catches_writes_without_the_atomic_protocol() {
 fn a_damaged_checkpoint_is_reported_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = ember::checkpoint::Checkpoint::encode(
-        ember_core::trainer::checkpoint::Progress {
+        ember::checkpoint::Progress {
             epoch: 3,
             global_step: 3,
             ..Default::default()

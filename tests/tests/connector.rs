@@ -1,8 +1,7 @@
 //! ACCEPTANCE 1–15 and 18–23: selection rules through the pure connector, injected inventories.
 
-use ember::{DevicesFlag, Precision};
-use ember_acceptance::{env, plan, plan_with};
-use ember_core::{Launcher, TrainerFlags};
+use ember::{DevicesFlag, Launcher, Precision, TrainerFlags};
+use ember_acceptance::{env, injected, plan, plan_with};
 
 fn flags() -> TrainerFlags {
     TrainerFlags::default()
@@ -276,21 +275,19 @@ fn a15_16_mixed_on_cpu_warns_and_uses_bf16_mixed() {
         .unwrap();
     // A host-CPU accelerator is always there, as cpu is: an injected inventory neither needs
     // nor takes a count for it.
-    let inv = ember_core::Inventory::parse("", registry.catalog()).unwrap();
-    let err = ember_core::Inventory::parse("mixedcpu=1", registry.catalog()).unwrap_err();
+    let err = (registry.plan(&flags(), &injected("mixedcpu=1", &env(&[])))).unwrap_err();
     assert!(
         err.to_string().contains(
             "mixedcpu runs on the host CPU, which is always available and takes no count"
         ),
         "{err}"
     );
-    let p = ember_core::connect(
-        &flags().accelerator("mixedcpu").precision("16-mixed"),
-        &ember::plugins::Env::new(),
-        &inv,
-        registry.catalog(),
-    )
-    .unwrap();
+    let p = registry
+        .plan(
+            &flags().accelerator("mixedcpu").precision("16-mixed"),
+            &injected("", &env(&[])),
+        )
+        .unwrap();
     assert_eq!(p.precision, Precision::Bf16Mixed);
     assert!(
         p.warnings[0].contains("using bf16-mixed"),
@@ -344,7 +341,8 @@ fn a19_slurm_ranks_and_main_address() {
         (4, 2, 0, 1)
     );
     assert_eq!(p.main_address, "node01");
-    assert_eq!(p.main_port, ember_core::cluster::slurm_port(123456));
+    // 15000 plus the job id's last four digits.
+    assert_eq!(p.main_port, 18456);
     let mut interactive = env(&SLURM);
     interactive.insert("SLURM_JOB_NAME".into(), "bash".into());
     assert_eq!(

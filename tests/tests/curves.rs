@@ -4,9 +4,13 @@
 
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use ember::{Trainer, TrainerOptions};
+use ember::plugins::Env;
+use ember::{CliOutcome, Trainer, TrainerOptions};
 use ember_acceptance::regression::{Regression, data, serial};
-use ember_core::loggers::curves::{self, CURVES_FILE};
+use ember_acceptance::{WhoRuns, execute, registry};
+
+/// The picture's name in a run's log directory.
+const CURVES_FILE: &str = "curves.png";
 
 type B = Autodiff<Flex>;
 
@@ -51,7 +55,11 @@ fn a_fit_with_the_csv_logger_draws_its_curves() {
 fn a_metrics_file_without_metrics_is_an_error_that_names_it() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("metrics.csv"), "step,epoch\n0,0\n").unwrap();
-    let e = curves::write(dir.path()).unwrap_err();
-    assert!(e.to_string().contains("metrics.csv"), "{e}");
+    let log_dir = dir.path().to_str().unwrap();
+    let outcome = execute(&registry(), &["plot", log_dir], &Env::new(), || WhoRuns);
+    let CliOutcome::Failed { message, .. } = outcome else {
+        panic!("plotting no metrics succeeded: {outcome:?}");
+    };
+    assert!(message.contains("metrics.csv"), "{message}");
     assert!(!dir.path().join(CURVES_FILE).exists());
 }

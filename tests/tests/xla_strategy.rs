@@ -9,8 +9,8 @@ use std::process::Output;
 
 use ember::DevicesFlag;
 use ember::xla::XlaAccelerator;
+use ember::{Accelerator, Launcher, TrainerFlags};
 use ember_acceptance::{checkpoints, mpirun_available, plan, process};
-use ember_core::{Accelerator, Launcher, TrainerFlags};
 
 /// Whether XLA's CPU plugin is here with its 4 devices (saying why not when it is not).
 fn four_devices() -> bool {

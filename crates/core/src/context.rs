@@ -19,7 +19,7 @@ pub struct RunContext {
     pub collective: Option<Rc<dyn Collective>>,
     /// Strategies, precision plugins, checkpoint IOs, callbacks and loggers by name (ember's
     /// own and whatever the registry added).
-    pub plugins: Rc<Plugins>,
+    pub(crate) plugins: Rc<Plugins>,
     /// The cluster environment the plan names (`None` for one the registry does not hold):
     /// what asks the scheduler to requeue the job after a SIGUSR1 stop.
     pub cluster: Option<Arc<dyn ClusterEnvironment>>,

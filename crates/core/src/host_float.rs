@@ -54,8 +54,11 @@ pub fn take_subnormals_seen() -> bool {
     false
 }
 
-/// [`set_flush_denormal`] on the calling thread and on every thread of rayon's global pool
-/// (created now if it does not exist yet).
+/// Sets (or clears) flush-to-zero and denormals-are-zero, as `torch.set_flush_denormal` does,
+/// on the calling thread and on every thread of rayon's global pool (created now if it does
+/// not exist yet), where burn-flex and gemm compute. The Trainer does this on CPU accelerators
+/// (`--trainer.flush_denormal`); a hand-written loop compared with the Trainer sets the same
+/// mode. Does nothing on an architecture without such a mode.
 pub fn set_flush_denormal_everywhere(on: bool) {
     set_flush_denormal(on);
     rayon::broadcast(|_| set_flush_denormal(on));

@@ -27,7 +27,6 @@ pub mod loggers;
 pub mod metrics;
 pub mod optim;
 pub mod plugins;
-pub mod prelude;
 pub mod quiet;
 pub mod registered;
 mod registry;
@@ -62,13 +61,14 @@ pub use plugins::strategy::{OptimizerSharding, SingleDevice, Strategy, StrategyP
 pub use plugins::weights::Weights;
 pub use registry::{Plugins, Registry, RegistryError};
 pub use trainer::data::{
-    ArrayFile, Batches, DataLoaders, DataModule, DataSource, FromDataModule, Given, ItemKey,
-    Loader, ShardFormat, Shards, TokenWindows, epoch_permutation,
+    ArrayFile, Batches, DataLoaders, DataModule, DataSource, FromDataModule, ItemKey, Loader,
+    ShardFormat, Shards, SharedBatcher, TokenWindows, epoch_permutation,
 };
 pub use trainer::freezing;
 pub use trainer::hparams::Hparams;
-pub use trainer::log::{LogOptions, Reduce, StepLog};
+pub use trainer::log::{LogOptions, LogValue, Reduce, StepLog};
 pub use trainer::loops::step::ManualOptimization;
+pub use trainer::lr_find::LrFinding;
 pub use trainer::module::{
     BatcherFor, ConfiguredOptimizers, EpochEnd, EvalBatch, LightningModule, Manual, MissingStep,
     Optimizers, Prediction, SchedulerInterval, TrainingModule,

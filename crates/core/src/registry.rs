@@ -12,9 +12,12 @@ use crate::callbacks::Callback;
 use crate::catalog::{Catalog, PrecisionInfo};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
+use crate::cluster::Env;
 use crate::collective::{Collective, Engine};
+use crate::connector::connect;
 use crate::context::RunContext;
 use crate::error::{FlagError, PlanResult};
+use crate::flags::TrainerFlags;
 use crate::inventory::{INVENTORY_VAR, Inventory};
 use crate::job::Job;
 use crate::loggers::Logger;
@@ -30,7 +33,7 @@ fn run_on<J: Job, A: Accelerator>(job: J, context: &RunContext) -> anyhow::Resul
     job.run::<A>(context)
 }
 
-/// Accelerators by name, each with a runner for job `J`; the [`Plugins`] registered by name
+/// Accelerators by name, each with a runner for job `J`; the plugins registered by name
 /// (ember's own first); and the distributed engine that starts and joins the processes of a
 /// multi-process run.
 pub struct Registry<J: Job> {
@@ -46,7 +49,7 @@ impl<J: Job> Default for Registry<J> {
 }
 
 impl<J: Job> Registry<J> {
-    /// A registry with ember's own plugins ([`Plugins::builtin`]) and no accelerators.
+    /// A registry with ember's own plugins and no accelerators.
     pub fn new() -> Self {
         Self {
             plugins: Plugins::builtin(),
@@ -189,20 +192,30 @@ impl<J: Job> Registry<J> {
     }
 
     /// The plugins registered by name, with their factories.
-    pub fn plugins(&self) -> &Plugins {
+    pub(crate) fn plugins(&self) -> &Plugins {
         &self.plugins
     }
 
     /// What the connector needs to know about the registered names.
-    pub fn catalog(&self) -> &Catalog {
+    pub(crate) fn catalog(&self) -> &Catalog {
         &self.plugins.catalog
+    }
+
+    /// The plan for a run of `flags` in environment `env` (its cluster variables, and
+    /// `EMBER_INVENTORY` for an injected device inventory such as `cuda=4,wgpu=1`; without it
+    /// the registered accelerators are asked what they see): what `--print-plan` prints.
+    /// A choice these accelerators, plugins or devices cannot carry out is a [`FlagError`]
+    /// naming the flag.
+    pub fn plan(&self, flags: &TrainerFlags, env: &Env) -> Result<Plan, FlagError> {
+        let inventory = Inventory::from_env(env, self.catalog())?;
+        connect(flags, env, &inventory, self.catalog())
     }
 
     /// Refuses a plan that this machine cannot carry out: one made from an injected inventory
     /// (`EMBER_INVENTORY`) that names devices the real hardware lacks.
-    pub fn check_hardware(&self, plan: &Plan, inventory: &Inventory) -> PlanResult<()> {
+    pub(crate) fn check_hardware(&self, plan: &Plan, env: &Env) -> PlanResult<()> {
         let (Some(spec), Some(accelerator)) = (
-            inventory.injected_spec(),
+            env.get(INVENTORY_VAR),
             self.catalog().accelerator(&plan.accelerator),
         ) else {
             return Ok(());
@@ -227,17 +240,15 @@ impl<J: Job> Registry<J> {
         Ok(())
     }
 
-    /// Runs `job` on the accelerator the plan names, after [`check_hardware`](Self::check_hardware),
-    /// in a [`RunContext`] of the plan, `collective` (the joined ranks; `None` for one
-    /// process) and the strategies and plugins registered here.
-    pub fn run(
+    /// Runs `job` on the accelerator the plan names (one [`check_hardware`](Self::check_hardware)
+    /// passed), in a [`RunContext`] of the plan, `collective` (the joined ranks; `None` for
+    /// one process) and the strategies and plugins registered here.
+    pub(crate) fn run(
         &self,
         job: J,
         plan: &Plan,
         collective: Option<Rc<dyn Collective>>,
-        inventory: &Inventory,
     ) -> anyhow::Result<J::Output> {
-        self.check_hardware(plan, inventory)?;
         let index = self
             .catalog()
             .accelerators

@@ -8,16 +8,31 @@
 
 pub use burn;
 
-/// What a model author imports: `use ember::prelude::*;`.
-pub use ember_core::prelude;
+/// What a model author needs, in one import: `use ember::prelude::*;` (beside
+/// `use burn::prelude::*;` for burn's tensors and modules). Each item is documented where it
+/// lives; the prelude only gathers them.
+pub mod prelude {
+    #[doc(no_inline)]
+    pub use crate::{
+        App, ConfigDefault, ConfiguredOptimizers, DataLoaders, DataModule, DataSource, EpochEnd,
+        FromDataModule, Hparams, InitModel, ItemKey, LightningModule, Loader, LogOptions, Manual,
+        ManualOptimization, Optimizers, Prediction, SchedulerInterval, Stack, Stage, StepLog,
+        Trainer, TrainerFlags, TrainingModule,
+    };
+    #[doc(no_inline)]
+    pub use burn::tensor::backend::AutodiffBackend;
+}
 
 #[doc(inline)]
 pub use ember_core::{
     // Applications, jobs and the command line.
     App,
     AppJob,
+    AppOutput,
     // Data.
     ArrayFile,
+    BatcherFor,
+    Batches,
     Cli,
     CliOutcome,
     ConfigDefault,
@@ -38,11 +53,15 @@ pub use ember_core::{
     Invocation,
     ItemKey,
     Job,
+    Launcher,
     LightningModule,
     Loader,
     LogOptions,
+    LogValue,
+    LrFinding,
     Manual,
     ManualOptimization,
+    MissingStep,
     Optimizers,
     Plan,
     Plugin,
@@ -53,9 +72,11 @@ pub use ember_core::{
     Registry,
     RegistryError,
     RunContext,
+    RunsWith,
     SchedulerInterval,
     ShardFormat,
     Shards,
+    SharedBatcher,
     Stack,
     Stage,
     StepLog,
@@ -86,19 +107,25 @@ pub mod plugins {
     #[doc(inline)]
     pub use ember_core::cluster::{ClusterEnvironment, Env, Ranks};
     #[doc(inline)]
-    pub use ember_core::collective::{Collective, Engine, ReduceOp};
+    pub use ember_core::collective::{Collective, Engine, KeyValueStore, ReduceOp, SingleProcess};
+    #[doc(inline)]
+    pub use ember_core::plugins::device_reduce::DeviceCollective;
+    #[doc(inline)]
+    pub use ember_core::plugins::weights::ParamInfo;
     #[doc(inline)]
     pub use ember_core::{
         Ddp, DdpSharded, GradScaler, Gradients, MixedPrecision, OptimizerSharding,
-        ParallelGradients, PrecisionInfo, PrecisionPlugin, Shard, SingleDevice, Strategy,
-        StrategyInfo, StrategyParts, TruePrecision, Weights,
+        ParallelGradients, PlanCheck, PrecisionInfo, PrecisionPlugin, Shard, SingleDevice,
+        Strategy, StrategyInfo, StrategyParts, TruePrecision, Weights,
     };
 }
 
 /// Reading a checkpoint file ember wrote (its weights, optimizer state and progress).
 pub mod checkpoint {
     #[doc(inline)]
-    pub use ember_core::trainer::checkpoint::Checkpoint;
+    pub use ember_core::trainer::checkpoint::{
+        CallbackTensors, Checkpoint, CheckpointHeader, Progress,
+    };
 }
 
 /// The Trainer's loop options that take more than a number (see `docs/trainer.md`).
@@ -113,28 +140,34 @@ pub mod options {
 /// Where metrics and hyperparameters go (see `docs/trainer.md`, Loggers).
 pub mod loggers {
     #[doc(inline)]
-    pub use ember_core::loggers::{CsvLogger, Logger, MlflowLogger, TensorBoardLogger};
+    pub use ember_core::loggers::{CsvLogger, Logger, Loggers, MlflowLogger, TensorBoardLogger};
 }
 
 /// Optimizers by name, as `configure_optimizers` returns them.
 pub mod optim {
     #[doc(inline)]
-    pub use ember_core::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Sgd, SgdConfig};
+    pub use ember_core::optim::{
+        Adam, AdamConfig, AdamW, AdamWConfig, ExactState, OptimizerState, ParamState, Sgd,
+        SgdConfig,
+    };
 }
 
 /// Callbacks: code the Trainer calls at Lightning's hook points, ember's own and yours.
 pub mod callbacks {
     #[doc(inline)]
     pub use ember_core::callbacks::{
-        AnnealingStrategy, BackboneFinetuning, BackboneFinetuningConfig, BuiltCallbacks, Callback,
-        CallbackContext, DeviceStatsMonitor, EMAWeightAveraging, EarlyStopping,
-        EarlyStoppingConfig, EmaConfig, Freeze, LearningRateMonitor, Mode, ModelCheckpoint,
-        ModelCheckpointConfig, ProgressBar, StochasticWeightAveraging, SwaConfig, SwaEpochStart,
-        TrainerState,
+        AnnealingStrategy, AveragedWeights, BackboneFinetuning, BackboneFinetuningConfig,
+        BuiltCallbacks, Callback, CallbackContext, CheckpointTensors, DeviceStatsMonitor,
+        EMAWeightAveraging, EarlyStopping, EarlyStoppingConfig, EmaConfig, Freeze,
+        LearningRateMonitor, LrOverride, Mode, ModelCheckpoint, ModelCheckpointConfig, ProgressBar,
+        ProgressBarMetrics, StochasticWeightAveraging, SwaConfig, SwaEpochStart, TrainerState,
     };
 }
 
 pub use ember_core::{freezing, metrics, vision};
+
+#[doc(inline)]
+pub use ember_core::host_float::set_flush_denormal_everywhere;
 
 #[cfg(feature = "cpu")]
 pub use ember_accel_cpu as cpu;

@@ -212,7 +212,7 @@ impl Collective for SingleProcess {
     fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
         Ok(vec![bytes.to_vec()])
     }
-    /// The process's one [`LocalKeyValueStore`].
+    /// The process's one in-memory store.
     fn key_value_store(&self) -> anyhow::Result<Arc<dyn KeyValueStore>> {
         static STORE: OnceLock<Arc<LocalKeyValueStore>> = OnceLock::new();
         Ok(STORE.get_or_init(Arc::default).clone())

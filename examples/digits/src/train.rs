@@ -140,7 +140,7 @@ fn by_hand<B: AutodiffBackend>(
 ) -> anyhow::Result<(Mlp<B>, FitReport)> {
     let (train, val) = data_config.load()?;
     // The Trainer's CPU default (`--trainer.flush_denormal`), so both compute alike.
-    ember_core::host_float::set_flush_denormal_everywhere(true);
+    ember::set_flush_denormal_everywhere(true);
     B::seed(device, data_config.seed);
     let mut model = model_config.init::<B>(device);
     let mut optimizer = AdamConfig::new().init::<B, Mlp<B>>();
@@ -188,7 +188,7 @@ pub fn train_shards_by_hand<B: AutodiffBackend>(
     world: usize,
 ) -> anyhow::Result<Mlp<B>> {
     let (train, _) = data_config.load()?;
-    ember_core::host_float::set_flush_denormal_everywhere(true);
+    ember::set_flush_denormal_everywhere(true);
     B::seed(device, data_config.seed);
     let mut model = model_config.init::<B>(device);
     let mut optimizer = AdamConfig::new().init::<B, Mlp<B>>();

@@ -16,7 +16,6 @@ use ember::checkpoint::Checkpoint;
 use ember::plugins::GradScaler;
 use ember::{Plan, Precision, TrainerOptions};
 use ember_acceptance::HalfCpu;
-use ember_core::plugins::dtype;
 
 type B = Autodiff<Flex>;
 
@@ -45,7 +44,7 @@ fn sixteen_mixed_skips_overflowing_steps_grows_the_scale_and_saves_it() {
     let device = *trainer.device();
 
     // An injected infinite gradient: unscaling reports it, the step is skipped, the scale halves.
-    let layer = dtype::master(LinearConfig::new(4, 2).init::<B>(&device));
+    let layer = LinearConfig::new(4, 2).init::<B>(&device);
     let mut grads = GradientsParams::new();
     let inf = TensorData::new(
         vec![1.0f32, f32::INFINITY, 0.0, 2.0, 1.0, 1.0, 1.0, 1.0],

@@ -3,14 +3,14 @@
 //! CPU with the `tch` feature).
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
+use burn::tensor::{Device, Tensor};
 use burn_flex::FlexDevice;
 use digits::data::DigitsData;
 use digits::model::{DigitsModel, Mlp, ModelConfig};
 use digits::train::{DataConfig, fit_by_hand};
 use ember::TrainerOptions;
-use ember_core::{Accelerator, DeviceOf, Trainer};
+use ember::{Accelerator, Trainer};
 
 /// Every float parameter's bits, in module order.
 struct Bits(Vec<Vec<u32>>);
@@ -30,7 +30,7 @@ fn bits<B: Backend>(model: &Mlp<B>) -> Vec<Vec<u32>> {
 
 /// Fits 3 epochs through the Trainer (on accelerator `A`) and by hand on `device` and compares
 /// the weights' bits.
-fn trainer_equals_hand_loop<A: Accelerator>(device: DeviceOf<A>) {
+fn trainer_equals_hand_loop<A: Accelerator>(device: Device<A::Backend>) {
     let model_config = ModelConfig::default();
     let data_config = DataConfig::default();
     let epochs = 3;

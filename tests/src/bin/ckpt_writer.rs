@@ -8,9 +8,12 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
+use ember::checkpoint::{Checkpoint, Progress};
+use ember::plugins::{CheckpointIO, LocalCheckpointIO};
 use ember_acceptance::fault::{DIRECT_WRITES, payload};
-use ember_core::checkpoint_io::{CheckpointIO, LocalCheckpointIO, WRITE_CHUNK};
-use ember_core::trainer::checkpoint::{Checkpoint, Progress};
+
+/// Bytes per `write` call of the direct writes.
+const WRITE_CHUNK: usize = 1 << 20;
 
 fn main() -> anyhow::Result<()> {
     let dir = PathBuf::from(std::env::args().nth(1).expect("usage: ckpt_writer DIR"));

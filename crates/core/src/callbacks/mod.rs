@@ -210,8 +210,7 @@ pub(crate) fn checkpoint_parts(
 /// The tensors of a checkpoint written or read during `fit` that a callback may rewrite
 /// (Lightning's `on_save_checkpoint` and `on_load_checkpoint` on the checkpoint's dict).
 pub struct CheckpointTensors<'a> {
-    /// The model's weights: module path, burn's parameter id and data (as
-    /// [`trainer::checkpoint::Weight`](crate::trainer::checkpoint::Weight)).
+    /// The model's weights: module path, burn's parameter id and data.
     pub weights: &'a mut [(String, ParamId, TensorData)],
     /// This callback's own tensors by name (in the file as `__callbacks__.<state key>.<name>`).
     pub own: &'a mut CallbackTensors,

@@ -16,10 +16,8 @@ use serde_json::Value;
 use crate::callbacks::{BuiltCallbacks, Callback};
 use crate::cluster::Env;
 use crate::config::{self, ConfigSources};
-use crate::connector::connect;
 use crate::error::{FlagError, list};
 use crate::flags::{TrainerFlags, trainer_keys};
-use crate::inventory::Inventory;
 use crate::job::Job;
 use crate::plan::{Launcher, Plan};
 use crate::registered::build;
@@ -219,7 +217,6 @@ where
                     model,
                     data,
                     plan,
-                    inventory,
                     callbacks,
                 } = *ready;
                 let engine = match (plan.world_size > 1, registry.engine()) {
@@ -262,7 +259,7 @@ where
                     data,
                     callbacks: BuiltCallbacks::new(callbacks),
                 });
-                match registry.run(job, &plan, collective.clone(), &inventory) {
+                match registry.run(job, &plan, collective.clone()) {
                     Ok(out) => CliOutcome::Ran(out),
                     // Every rank holds it and none waits for another: rank 0 says it once.
                     Err(e) if e.is::<AgreedError>() => {
@@ -335,21 +332,19 @@ where
         registry.plugins().logger_names(&trainer.options.logger)?;
         let model = section("model", &merged, defaults)?;
         let data = section("data", &merged, defaults)?;
-        let inventory = Inventory::from_env(env, registry.catalog())?;
-        let plan = connect(&trainer, env, &inventory, registry.catalog())?;
+        let plan = registry.plan(&trainer, env)?;
         for warning in &plan.warnings {
             eprintln!("warning: {warning}");
         }
         if matches.get_flag("print-plan") {
             return Ok(Prepared::Printed(plan.to_json()));
         }
-        registry.check_hardware(&plan, &inventory)?;
+        registry.check_hardware(&plan, env)?;
         Ok(Prepared::Ready(Box::new(Ready {
             trainer,
             model,
             data,
             plan,
-            inventory,
             callbacks,
         })))
     }
@@ -452,6 +447,5 @@ struct Ready<M, D> {
     model: M,
     data: D,
     plan: Plan,
-    inventory: Inventory,
     callbacks: Vec<Box<dyn Callback>>,
 }

@@ -132,3 +132,39 @@ pub fn compute_by_path<B: Backend, M: Module<B>>(
         marks: Vec::new(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::GradientsParams;
+    use burn::tensor::{DType, Tensor};
+    use burn_autodiff::Autodiff;
+    use burn_flex::{Flex, FlexDevice};
+
+    type B = Autodiff<Flex>;
+
+    fn dtypes(layer: &Linear<B>) -> [DType; 2] {
+        let bias = layer.bias.as_ref().expect("a bias");
+        [layer.weight.val().dtype(), bias.val().dtype()]
+    }
+
+    /// Mixed precision's mechanism: the master copy is f32, the compute copy bf16, and a loss
+    /// computed with the compute copy sends f32 gradients to the master's parameters.
+    #[test]
+    fn a_loss_of_the_compute_copy_gives_the_f32_masters_f32_gradients() {
+        let device = FlexDevice;
+        let master = master(LinearConfig::new(4, 2).init::<B>(&device));
+        assert_eq!(dtypes(&master), [DType::F32; 2]);
+        let low = compute(master.clone(), FloatDType::BF16);
+        assert_eq!(dtypes(&low), [DType::BF16; 2]);
+        let x = Tensor::<B, 2>::ones([3, 4], &device).cast(FloatDType::BF16);
+        let loss = low.forward(x).sum();
+        assert_eq!(loss.dtype(), DType::BF16);
+        let grads = GradientsParams::from_grads(loss.backward(), &master);
+        let g = grads
+            .get::<Flex, 2>(master.weight.id)
+            .expect("the master weight has a gradient");
+        assert_eq!(g.dtype(), DType::F32);
+    }
+}

@@ -49,6 +49,8 @@ pub fn loggers(root: &Path, names: &[String], plugins: &Plugins) -> anyhow::Resu
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
 
     #[test]
     fn names_match_loosely_and_unknown_names_list_the_known() {
@@ -78,5 +80,36 @@ mod tests {
         };
         let e = callback(&spec, &Plugins::builtin()).err().unwrap();
         assert!(e.message.contains("patiense"), "{e}");
+    }
+
+    /// A logger that records the names of the metrics it is given.
+    struct Recording(Arc<Mutex<Vec<String>>>);
+
+    impl crate::loggers::Logger for Recording {
+        fn log_hyperparams(&mut self, _: &serde_json::Value) -> anyhow::Result<()> {
+            Ok(())
+        }
+
+        fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, _: u64) -> anyhow::Result<()> {
+            self.0.lock().unwrap().extend(metrics.keys().cloned());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_registered_logger_is_reached_by_any_name_the_logger_option_compares_equal() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::clone(&seen);
+        let plugins = Plugins::builtin()
+            .register_logger("jsonl", "JSON lines", move |_| {
+                Ok(Recording(Arc::clone(&shared)))
+            })
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut built = loggers(dir.path(), &["JsonlLogger".to_owned()], &plugins).unwrap();
+        built
+            .log_metrics(&[("loss".to_owned(), 1.0)].into(), 3)
+            .unwrap();
+        assert_eq!(*seen.lock().unwrap(), ["loss"]);
     }
 }

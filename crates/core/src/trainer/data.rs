@@ -126,7 +126,7 @@ impl<D: ?Sized, T: Default> FromDataModule<D> for T {
 /// A data module made of loaders and a batcher, for a program that needs no `DataModule` of
 /// its own: `trainer.fit(model, &mut DataLoaders::new(batcher).train(train).val(val))`.
 pub struct DataLoaders<I, Bt> {
-    batcher: Given<Bt>,
+    batcher: SharedBatcher<Bt>,
     train: Option<Loader<I>>,
     val: Vec<Loader<I>>,
     test: Vec<Loader<I>>,
@@ -137,7 +137,7 @@ impl<I, Bt> DataLoaders<I, Bt> {
     /// No loaders yet; `batcher` makes every loader's batches.
     pub fn new(batcher: Bt) -> Self {
         Self {
-            batcher: Given(Arc::new(batcher)),
+            batcher: SharedBatcher(Arc::new(batcher)),
             train: None,
             val: Vec::new(),
             test: Vec::new(),
@@ -172,7 +172,7 @@ impl<I, Bt> DataLoaders<I, Bt> {
 
 impl<I: Send + Sync + 'static, Bt> DataModule for DataLoaders<I, Bt> {
     type Item = I;
-    type Batcher = Given<Bt>;
+    type Batcher = SharedBatcher<Bt>;
 
     fn train_loader(&self) -> anyhow::Result<Option<Loader<I>>> {
         Ok(self.train.clone())
@@ -204,15 +204,15 @@ impl<I: Send + Sync + 'static, Bt> DataModule for DataLoaders<I, Bt> {
 }
 
 /// The batcher a [`DataLoaders`] was given, shared with the loops.
-pub struct Given<Bt>(Arc<Bt>);
+pub struct SharedBatcher<Bt>(Arc<Bt>);
 
-impl<I, Bt> FromDataModule<DataLoaders<I, Bt>> for Given<Bt> {
+impl<I, Bt> FromDataModule<DataLoaders<I, Bt>> for SharedBatcher<Bt> {
     fn from_data_module(data: &DataLoaders<I, Bt>) -> Self {
-        Given(Arc::clone(&data.batcher.0))
+        SharedBatcher(Arc::clone(&data.batcher.0))
     }
 }
 
-impl<B: Backend, I, O, Bt: Batcher<B, I, O>> Batcher<B, I, O> for Given<Bt> {
+impl<B: Backend, I, O, Bt: Batcher<B, I, O>> Batcher<B, I, O> for SharedBatcher<Bt> {
     fn batch(&self, items: Vec<I>, device: &B::Device) -> O {
         self.0.batch(items, device)
     }

@@ -129,7 +129,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// parts as values).
     ///
     /// It refuses `deterministic=true` where the accelerator has no deterministic mode, makes
-    /// the precision's compute type the device's float type (see [`dtype`](crate::plugins::dtype)), and seeds the
+    /// the precision's compute type the device's float type, and seeds the
     /// backend, so a model built right after it starts from the seed's weights in that type.
     pub fn new<A: Accelerator<Backend = B>>(
         plan: &Plan,

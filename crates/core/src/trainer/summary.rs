@@ -184,7 +184,79 @@ impl fmt::Display for ModelSummary {
 
 #[cfg(test)]
 mod tests {
-    use super::readable;
+    use super::{SummaryRow, readable, summarize};
+    use crate::trainer::freezing::freeze;
+    use burn::module::Module;
+    use burn::nn::{BatchNorm, BatchNormConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
+    use burn::tensor::backend::Backend;
+    use burn_autodiff::Autodiff;
+    use burn_flex::{Flex, FlexDevice};
+
+    type B = Autodiff<Flex>;
+
+    #[derive(Module, Debug)]
+    struct Net<B: Backend> {
+        embed: Embedding<B>,
+        head: Linear<B>,
+        layers: Vec<Linear<B>>,
+        norm: BatchNorm<B>,
+    }
+
+    fn row(name: &str, kind: &str, params: usize, frozen: usize) -> SummaryRow {
+        SummaryRow {
+            name: name.into(),
+            kind: kind.into(),
+            params,
+            frozen,
+        }
+    }
+
+    #[test]
+    fn counts_per_top_level_module_with_frozen_parameters_apart() {
+        let device = FlexDevice;
+        let net = Net::<B> {
+            // Frozen: 100 x 8 = 800 elements.
+            embed: EmbeddingConfig::new(100, 8).init(&device).no_grad(),
+            // 8 x 4 + 4 = 36.
+            head: LinearConfig::new(8, 4).init(&device),
+            // Two of 4 x 4 + 4 = 20.
+            layers: vec![
+                LinearConfig::new(4, 4).init(&device),
+                LinearConfig::new(4, 4).init(&device),
+            ],
+            // Scale and shift (8) train; the running mean and variance (8) take no gradient.
+            norm: BatchNormConfig::new(4).init(&device),
+        };
+        let summary = summarize(&net);
+        assert_eq!(
+            summary.rows,
+            [
+                row("embed", "Embedding", 800, 800),
+                row("head", "Linear", 36, 0),
+                row("layers", "Vec", 40, 0),
+                row("norm", "BatchNorm", 16, 8)
+            ]
+        );
+        assert_eq!((summary.trainable, summary.frozen), (84, 808));
+        assert_eq!(summary.bytes, 892 * 4, "f32 parameters");
+        let text = summary.to_string();
+        for expected in [
+            "0 | embed  | Embedding | 800    | 800",
+            "2 | layers | Vec       | 40     | 0",
+            "84        Trainable params",
+            "808       Non-trainable params",
+            "892       Total params",
+            "0.004     Total estimated model params size (MB)",
+        ] {
+            assert!(text.contains(expected), "no `{expected}` in\n{text}");
+        }
+
+        // What `freeze` freezes is counted as frozen under its module.
+        let (frozen, _) = freeze(net, "layers", false).unwrap();
+        let summary = summarize(&frozen);
+        assert_eq!(summary.rows[2], row("layers", "Vec", 40, 40));
+        assert_eq!((summary.trainable, summary.frozen), (44, 848));
+    }
 
     #[test]
     fn counts_read_like_lightnings() {

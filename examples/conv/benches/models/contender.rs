@@ -89,7 +89,7 @@ fn cnn_by_hand<B: AutodiffBackend>(
 ) -> anyhow::Result<(u64, f64, f64)> {
     let config = data_config();
     let (train, val) = config.load()?;
-    ember_core::host_float::set_flush_denormal_everywhere(true);
+    ember::set_flush_denormal_everywhere(true);
     B::seed(device, config.seed);
     let mut net = ConvNet::<B>::new(&conv_config(model), device);
     let mut optimizer = AdamConfig::new().init::<B, ConvNet<B>>();

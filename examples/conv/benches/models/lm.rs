@@ -52,7 +52,7 @@ pub fn lm_by_hand<B: AutodiffBackend>(
 ) -> anyhow::Result<(u64, f64, f64)> {
     let (lm, data) = configs(large);
     let (train, val) = data.load()?;
-    ember_core::host_float::set_flush_denormal_everywhere(true);
+    ember::set_flush_denormal_everywhere(true);
     B::seed(device, seed);
     let mut net = CharLm::<B>::new(&lm, device);
     let mut optimizer = AdamWConfig::new()

@@ -28,7 +28,7 @@ pub fn resnet_by_hand<B: AutodiffBackend>(
 ) -> anyhow::Result<(u64, f64, f64)> {
     let config = images();
     let (train, val) = config.generate();
-    ember_core::host_float::set_flush_denormal_everywhere(true);
+    ember::set_flush_denormal_everywhere(true);
     B::seed(device, seed);
     let net = ResNet::<B>::new(&ResNetConfig::default(), device);
     let mut optimizer = AdamConfig::new().init::<B, ResNet<B>>();

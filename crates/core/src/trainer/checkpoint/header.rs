@@ -48,7 +48,7 @@ pub struct CheckpointHeader {
     /// Weight tensors: module paths, the CRC-32C of their bytes and burn's parameter ids
     /// (the optimizer's state is keyed by them).
     pub weights: Vec<(String, u32, u64)>,
-    /// The optimizer's state tensors (without [`STATE_PREFIX`](super::STATE_PREFIX)) and their CRC-32C.
+    /// The optimizer's state tensors (without the `__optimizer__.` prefix the file gives them) and their CRC-32C.
     #[serde(default)]
     pub optimizer_state: Vec<(String, u32)>,
     /// The callbacks' tensors: the callback's state key, the tensor's name and its CRC-32C.

@@ -41,7 +41,7 @@ pub const CALLBACK_PREFIX: &str = "__callbacks__.";
 /// The tensors of a checkpoint besides the weights.
 #[derive(Debug, Clone, Default)]
 pub struct ExtraTensors {
-    /// The optimizer's state tensors (names without [`STATE_PREFIX`]).
+    /// The optimizer's state tensors (names without the `__optimizer__.` prefix).
     pub optimizer_state: Vec<(String, TensorData)>,
     /// The callbacks' tensors by state key.
     pub callbacks: BTreeMap<String, CallbackTensors>,
@@ -73,7 +73,7 @@ pub struct Checkpoint {
     pub header: CheckpointHeader,
     /// The model's weights by module path.
     pub weights: BTreeMap<String, TensorData>,
-    /// The optimizer's state tensors by name (without [`STATE_PREFIX`]).
+    /// The optimizer's state tensors by name (without the `__optimizer__.` prefix).
     pub optimizer_state: BTreeMap<String, TensorData>,
     /// The callbacks' tensors by state key, then name.
     pub callback_tensors: BTreeMap<String, CallbackTensors>,
@@ -144,7 +144,7 @@ impl Checkpoint {
     }
 
     /// [`encode`](Self::encode), with the optimizer's state and the callbacks' tensors.
-    pub fn encode_with_state(
+    pub(crate) fn encode_with_state(
         progress: Progress,
         metrics: BTreeMap<String, f64>,
         weights: Vec<Weight>,
@@ -368,75 +368,4 @@ impl Checkpoint {
 }
 
 #[cfg(test)]
-mod tests {
-    use burn::module::ParamId;
-
-    use super::*;
-
-    fn position(haystack: &[u8], needle: &[u8]) -> usize {
-        haystack
-            .windows(needle.len())
-            .position(|w| w == needle)
-            .expect("present")
-    }
-
-    #[test]
-    fn round_trip_and_clear_errors() {
-        let path = Path::new("x.ckpt");
-        let progress = Progress {
-            epoch: 2,
-            global_step: 40,
-            ..Progress::default()
-        };
-        let weight = TensorData::new(vec![1.5f64, -2.0, 3.25], [3]);
-        let bytes = Checkpoint::encode(
-            progress,
-            BTreeMap::from([("val_acc".into(), 0.5)]),
-            vec![("layer.weight".into(), ParamId::new(), weight.clone())],
-            vec![("optimizer".into(), vec![9, 8, 7])],
-        )
-        .unwrap();
-        let ck = Checkpoint::decode(&bytes, path).unwrap();
-        assert_eq!(ck.header.global_step, 40);
-        assert_eq!(ck.sections["optimizer"], vec![9, 8, 7]);
-        assert_eq!(ck.weights["layer.weight"], weight, "f64 stays f64");
-
-        let e = Checkpoint::decode(&bytes[..bytes.len() - 1], path).unwrap_err();
-        assert!(e.to_string().contains("x.ckpt is truncated"), "{e}");
-        let e = Checkpoint::decode(&bytes[..5], path).unwrap_err();
-        assert!(e.to_string().contains("x.ckpt is truncated"), "{e}");
-        let e = Checkpoint::decode(b"PK\x03\x04 not a checkpoint", path).unwrap_err();
-        assert!(e.to_string().contains("not an ember checkpoint"), "{e}");
-
-        let mut flipped = bytes.clone();
-        let at = position(&bytes, &1.5f64.to_le_bytes());
-        flipped[at] ^= 0x10;
-        let e = Checkpoint::decode(&flipped, path).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("weight `layer.weight` fails its checksum"),
-            "{e}"
-        );
-        let mut flipped = bytes.clone();
-        flipped[position(&bytes, &[9, 8, 7])] ^= 0x01;
-        let e = Checkpoint::decode(&flipped, path).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("section `optimizer` fails its checksum"),
-            "{e}"
-        );
-        let mut flipped = bytes.clone();
-        flipped[position(&bytes, b"global_step") + 14] ^= 0x01;
-        let e = Checkpoint::decode(&flipped, path).unwrap_err();
-        assert!(e.to_string().contains("corrupt header"), "{e}");
-
-        let mut future = ck.header.clone();
-        future.format_version = 9;
-        let weights: Vec<(String, TensorData)> = ck.weights.clone().into_iter().collect();
-        let sections: Vec<(String, Vec<u8>)> = ck.sections.clone().into_iter().collect();
-        let wrong =
-            Checkpoint::encode_header(&future, &weights, [("", &[]); 2], &sections).unwrap();
-        let e = Checkpoint::decode(&wrong, path).unwrap_err();
-        assert!(e.to_string().contains("version 9"), "{e}");
-    }
-}
+mod tests;

@@ -265,7 +265,7 @@ impl<I> Batches<'_, I> {
     /// [`next_batch`](Self::next_batch), telling `scope` of the batch around its making: the
     /// device and the batch's item count before, the device and `None` after (the Trainer
     /// passes its accelerator's [`BatchScope`]).
-    pub fn next_batch_scoped<B: Backend, O>(
+    pub(crate) fn next_batch_scoped<B: Backend, O>(
         &mut self,
         batcher: &impl Batcher<B, I, O>,
         device: &B::Device,
