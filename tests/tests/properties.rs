@@ -1,5 +1,6 @@
-//! Random flag values and environments never panic the connector or the CLI, and every
-//! rejection names the input it rejects.
+//! Random flag values, environments and config files never panic the connector or the CLI,
+//! and every rejection names the input it rejects. The config files' cases and seed come from
+//! `EMBER_FUZZ_CASES` and `EMBER_FUZZ_SEED` where `cargo xtask fuzz` sets them.
 
 use ember::TrainerFlags;
 use ember::plugins::Env;
@@ -145,6 +146,92 @@ proptest! {
             CliOutcome::Ran(_) | CliOutcome::Launched { .. } | CliOutcome::Stopped { .. } => {
                 prop_assert!(false, "--print-plan must not run the job or start processes")
             }
+        }
+    }
+}
+
+/// A number from the environment, else `default`.
+fn from_env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The config fuzz's settings: a fixed seed, and as many cases as asked for.
+fn fuzz_config() -> ProptestConfig {
+    ProptestConfig {
+        cases: from_env("EMBER_FUZZ_CASES", 400) as u32,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(from_env("EMBER_FUZZ_SEED", 20261128)),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// A config file's text: a YAML tree of sections, keys (real and not) and random values, or
+/// that tree cut short, or arbitrary text.
+fn config_text() -> impl Strategy<Value = String> {
+    let key = prop::sample::select(vec![
+        "accelerator",
+        "devices",
+        "precision",
+        "strategy",
+        "max_epochs",
+        "callbacks",
+        "logger",
+        "plugins",
+        "limit_train_batches",
+        "gradient_clip_val",
+        "seed",
+        "a",
+        "bogus",
+        "",
+    ]);
+    let section = prop::collection::btree_map(key, json_value(), 0..5);
+    let tree = prop::collection::btree_map(
+        prop::sample::select(vec![
+            "trainer",
+            "trainer",
+            "trainer",
+            "model",
+            "data",
+            "ckpt_path",
+        ]),
+        prop_oneof![section.prop_map(|s| json!(s)), json_value()],
+        0..4,
+    )
+    .prop_map(|tree| serde_yaml::to_string(&tree).unwrap());
+    prop_oneof![
+        4 => tree.clone(),
+        1 => (tree, any::<prop::sample::Index>()).prop_map(|(text, cut)| {
+            let at = cut.index(text.len() + 1);
+            text.char_indices().map(|(i, _)| i).take_while(|&i| i <= at).last().map_or(String::new(), |i| text[..i].to_owned())
+        }),
+        1 => "\\PC{0,60}",
+        1 => Just("trainer: [unclosed".to_owned()),
+        1 => Just("trainer:\n  max_epochs: 1\n  max_epochs: 2\n".to_owned()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(fuzz_config())]
+
+    #[test]
+    fn config_files_never_panic_the_cli_and_every_rejection_names_its_input(text in config_text()) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, &text).unwrap();
+        let cli = Cli::new("app", "", json!({"a": 1}), json!({}));
+        let argv = ["app", "fit", "--config", file.to_str().unwrap(), "--print-plan"].map(String::from);
+        let env = ember_acceptance::injected("", &Env::new());
+        match cli.execute(argv, &env, &registry::<WhoRuns>(), |_| WhoRuns) {
+            CliOutcome::Printed(_) => {}
+            CliOutcome::Failed { code, message } => {
+                prop_assert_eq!(code, 2);
+                let named = message.contains("--config") || message.contains("config.yaml") || message.contains("--trainer") || message.contains("--model") || message.contains("--data") || message.contains("EMBER_INVENTORY");
+                prop_assert!(named, "unnamed input: {} for\n{}", message, text);
+            }
+            other => prop_assert!(false, "--print-plan ran or started something: {:?}", other),
         }
     }
 }

@@ -5,7 +5,9 @@
 //! (`CARGO_TARGET_DIR`, default `~/.cache/ember-target`), `CARGO_BUILD_JOBS=2` and
 //! `CARGO_INCREMENTAL=0` (each unless already set).
 
+mod fuzz;
 mod layering;
+mod leftovers;
 mod matrix;
 mod repeat;
 mod unify;
@@ -53,6 +55,8 @@ cargo xtask <task>
                      ddp processes (OpenMPI): samples/s, digits and a wide MLP; last line xla/ddp
   fault checkpoint [--runs N]   SIGKILL a checkpoint writer N times (default 100); prints
                      'N runs, M loadable'
+  fuzz [CASES] [--seed N]       mutated checkpoints and random config files, CASES of each
+                     (default 20000, seed 1; the suite runs a fixed seed's few hundred)
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
                      lines, no burn under ember-plan), the test rows resolve dependencies
                      alike (cargo tree), fmt --check, clippy -D warnings
@@ -374,6 +378,13 @@ fn main() -> ExitCode {
                     "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, xla-devices, models, data, profiler"
                 );
                 false
+            }
+        },
+        Some("fuzz") => match fuzz::settings(&rest) {
+            Ok((cases, seed)) => fuzz::fuzz(cases, seed),
+            Err(message) => {
+                eprintln!("xtask: {message}");
+                return ExitCode::from(2);
             }
         },
         Some("lint") => setup(true) && lint(),

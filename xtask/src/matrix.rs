@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::{VENDORED, run_in, torch_env};
+use crate::{VENDORED, leftovers, run_in, torch_env};
 
 /// The workspace packages whose tests do not change with a backend row's features: the cpu row
 /// runs them; a backend row would build and run them again unchanged (they see the backend
@@ -54,6 +54,13 @@ impl Row {
             true => torch_env(),
             false => Vec::new(),
         }
+    }
+
+    /// [`more_env`](Self::more_env) and the variable marking the row's processes as `mark`'s.
+    pub(crate) fn marked_env(&self, mark: &str) -> Vec<(String, String)> {
+        let mut env = self.more_env();
+        env.push((leftovers::MARK.to_owned(), mark.to_owned()));
+        env
     }
 
     /// The packages the row leaves out of the workspace.
@@ -156,8 +163,15 @@ pub(crate) fn test_matrix(rows: Vec<Row>) -> bool {
     let mut results = Vec::new();
     for row in rows {
         let start = Instant::now();
-        let ok = run_in("cargo", &row.args(), &row.envs, &row.more_env());
-        results.push((row.backend, row.what, ok, start.elapsed().as_secs()));
+        let mark = leftovers::mark(row.backend);
+        let ok = run_in("cargo", &row.args(), &row.envs, &row.marked_env(&mark));
+        let clean = leftovers::none_left(&mark);
+        results.push((
+            row.backend,
+            row.what,
+            ok && clean,
+            start.elapsed().as_secs(),
+        ));
     }
     println!(
         "\n{:<8} {:<58} {:<6} {:>6}",

@@ -66,7 +66,7 @@ pub(super) fn crc32(bytes: &[u8]) -> u32 {
 }
 
 /// The ember header in a safetensors file's metadata, checked: present, its checksum right,
-/// its format version this build's.
+/// its format version this build's (what it says is checked by `integrity`).
 pub(super) fn parse_header(
     metadata: Option<&HashMap<String, String>>,
     path: &Path,
@@ -94,9 +94,9 @@ pub(super) fn parse_header(
     Ok(header)
 }
 
-/// Reads only the header of the checkpoint at `path` (the first bytes of the file), to choose
-/// among checkpoints without reading their tensors.
-pub fn read_header(path: &Path) -> anyhow::Result<CheckpointHeader> {
+/// The header of the checkpoint at `path` from the first bytes of the file, as
+/// [`parse_header`] checks it.
+pub(super) fn read_parsed_header(path: &Path) -> anyhow::Result<CheckpointHeader> {
     let shown = path.display();
     let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {shown}"))?;
     let mut len = [0u8; 8];
@@ -117,5 +117,5 @@ pub fn read_header(path: &Path) -> anyhow::Result<CheckpointHeader> {
     parse_header(metadata.as_ref(), path)
 }
 
-/// The largest safetensors header [`read_header`] reads (safetensors' own limit).
+/// The largest safetensors header [`read_parsed_header`] reads (safetensors' own limit).
 const MAX_HEADER_BYTES: usize = 100_000_000;

@@ -23,13 +23,15 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, TensorData};
 use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors, TensorView};
 
-use self::header::{crc32, parse_header};
+use self::header::{crc32, parse_header, read_parsed_header};
+use self::integrity::{check_all_listed, check_header};
 use super::weights::load_into;
 pub use super::weights::{Weight, weights_of};
 pub use crate::callbacks::CallbackTensors;
-pub use header::{CheckpointHeader, FORMAT_VERSION, HEADER_CRC_KEY, HEADER_KEY, read_header};
+pub use header::{CheckpointHeader, FORMAT_VERSION, HEADER_CRC_KEY, HEADER_KEY};
 
 mod header;
+mod integrity;
 
 /// Name prefix of the tensors that hold sections other than the weights.
 pub const SECTION_PREFIX: &str = "__ember__.";
@@ -129,6 +131,15 @@ pub(crate) fn from_safetensors(dtype: Dtype) -> Option<DType> {
         .iter()
         .find(|(_, st)| *st == dtype)
         .map(|&(burn, _)| burn)
+}
+
+/// Reads only the header of the checkpoint at `path` (the first bytes of the file), to choose
+/// among checkpoints without reading their tensors; refused as [`Checkpoint::decode`] refuses
+/// it.
+pub fn read_header(path: &Path) -> anyhow::Result<CheckpointHeader> {
+    let header = read_parsed_header(path)?;
+    check_header(&header, &path.display())?;
+    Ok(header)
 }
 
 impl Checkpoint {
@@ -244,7 +255,8 @@ impl Checkpoint {
     }
 
     /// Decodes file bytes; `path` is only for messages. Checks the safetensors structure, the
-    /// header's and every tensor's CRC-32C and the format version.
+    /// header's and every tensor's CRC-32C, the format version, and the header as the file's
+    /// record: every tensor listed exactly once, counters a run can reach.
     pub fn decode(bytes: &[u8], path: &Path) -> anyhow::Result<Self> {
         let shown = path.display();
         let structure = |e: SafeTensorError| match e {
@@ -260,7 +272,9 @@ impl Checkpoint {
         };
         let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(structure)?;
         let header = parse_header(metadata.metadata().as_ref(), path)?;
+        let listed = check_header(&header, &shown)?;
         let tensors = SafeTensors::deserialize(bytes).map_err(structure)?;
+        check_all_listed(&listed, tensors.names(), &shown)?;
         let mut sections = BTreeMap::new();
         for (name, size, crc) in &header.sections {
             let view = tensors
@@ -367,5 +381,7 @@ impl Checkpoint {
     }
 }
 
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

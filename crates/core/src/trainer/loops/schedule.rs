@@ -163,8 +163,8 @@ impl FitSchedule {
 /// are trained again. A `written_world` of 0 (not recorded) is taken as this one.
 pub fn batches_here(done: u64, written_world: u64, world: u64) -> usize {
     let here = match written_world {
-        0 => done,
-        n => done * n / world.max(1),
+        0 => u128::from(done),
+        n => u128::from(done) * u128::from(n) / u128::from(world.max(1)),
     };
     usize::try_from(here).unwrap_or(usize::MAX)
 }
