@@ -11,6 +11,7 @@ mod leftovers;
 mod matrix;
 mod repeat;
 mod unify;
+mod wording;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -58,7 +59,8 @@ cargo xtask <task>
   fuzz [CASES] [--seed N]       mutated checkpoints and random config files, CASES of each
                      (default 20000, seed 1; the suite runs a fixed seed's few hundred)
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
-                     lines, no burn under ember-plan), the test rows resolve dependencies
+                     lines, no burn under ember-plan), no words about how the work is
+                     organised in README, docs/ and the examples' sources, the test rows resolve dependencies
                      alike (cargo tree), fmt --check, clippy -D warnings
   ci                 lint, then test
   setup              install system packages the tests need (scripts/setup.sh), and the
@@ -208,6 +210,7 @@ fn lint() -> bool {
     let cpu_row_tests = "clippy -p digits -p ember-acceptance --tests -- -D warnings";
     let cpu_row_tests: Vec<&str> = cpu_row_tests.split(' ').collect();
     layering::check(&root())
+        && wording::check(&root())
         && unify::rows_share_dependency_builds()
         && run("cargo", &["fmt", "--all", "--", "--check"], &[])
         && run_in("cargo", &workspace, &[], &torch_env())

@@ -1,7 +1,7 @@
 //! A hand-written burn training loop for the digits MLP.
 //!
 //! It is what a burn user writes without a framework: the reference the Trainer is compared
-//! with (ACCEPTANCE 27) and measured against (`cargo xtask bench overhead`).
+//! with (tests/trainer_vs_hand.rs) and measured against (`cargo xtask bench overhead`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -177,7 +177,7 @@ fn by_hand<B: AutodiffBackend>(
     Ok((model, report))
 }
 
-/// The reference for data-parallel training (ACCEPTANCE 28): one process that, for every
+/// The reference for data-parallel training (tests/ddp.rs): one process that, for every
 /// optimizer step, accumulates the batches the `world` ranks of a ddp run would each see at
 /// that step, in rank order, each loss divided by `world`. Returns the model after `epochs`.
 pub fn train_shards_by_hand<B: AutodiffBackend>(

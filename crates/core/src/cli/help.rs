@@ -10,7 +10,10 @@ use crate::error::list;
 /// The `--help` epilogue: registered accelerators and strategies, and the app's config keys.
 pub(super) fn names_help(catalog: &Catalog, defaults: &Value) -> String {
     let accelerators = [
-        ("auto", "the best available one (tpu > cuda > wgpu > cpu)"),
+        (
+            "auto",
+            "the best available one (xla on a TPU VM > cuda > wgpu > cpu)",
+        ),
         (
             "gpu",
             "the best available GPU accelerator (cuda, else wgpu)",

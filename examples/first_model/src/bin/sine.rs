@@ -1,4 +1,4 @@
-//! The newcomer's program of issue 39, written with what ember offers now: sin(3x) learned by
+//! A newcomer's first program, written with what ember offers: sin(3x) learned by
 //! a 3-layer MLP from generated points, with Adam and a mean squared error.
 
 use burn::data::dataset::InMemDataset;
