@@ -6,6 +6,8 @@ set -euo pipefail
 # The system packages ember's `mpi` feature needs in a user's own program (OpenMPI's library
 # and mpirun, libclang for bindgen); `scripts/setup.sh --mpi` installs only these.
 mpi_packages=(libopenmpi-dev openmpi-bin libclang-dev)
+# What the `wgpu` feature needs at run time: the Vulkan loader and mesa's drivers.
+wgpu_packages=(libvulkan1 mesa-vulkan-drivers)
 
 # Installs those of the given Debian packages that are missing.
 install_missing() {
@@ -38,11 +40,59 @@ pinned_venv() {
     fi
 }
 
-if [ "${1:-}" = "--mpi" ]; then
-    install_missing "${mpi_packages[@]}"
-    echo "setup: ok (mpi)"
-    exit 0
-fi
+# XLA's CPU PJRT plugin, for the xla accelerator's tests and `cargo xtask bench xla`: the pinned
+# wheel's library, unpacked into a cache dir outside the clone, where ember looks for it
+# (crates/accel-tpu-xla/src/pjrt/plugin.rs). `pip download --no-deps` installs nothing; ~63 MB
+# to download once, checked against its SHA-256. The wheel is XLA's CPU plugin built from the
+# XLA of jaxlib 0.11.2 (PJRT C API 0.115); it runs ember's programs 5-20% faster than the
+# `xla-cpu-pjrt` 0.0.1 wheel pinned before it (docs/xla.md).
+fetch_xla_plugin() {
+    xla_pin="lammps-jax-pjrt-cpu==0.11.2"
+    xla_sha256="1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1"
+    xla_member="lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
+    xla_cache="${EMBER_XLA_CACHE:-$HOME/.cache/ember-xla}"
+    if [ ! -f "$xla_cache/xla_cpu_pjrt.so" ] || [ "$(cat "$xla_cache/pin.txt" 2>/dev/null)" != "$xla_pin" ]; then
+        echo "setup: fetching XLA's CPU PJRT plugin ($xla_pin) into $xla_cache (pip download)"
+        tmp="$(mktemp -d)"
+        python3 -m pip download --quiet --disable-pip-version-check --no-deps "$xla_pin" -d "$tmp"
+        python3 - "$tmp" "$xla_sha256" "$xla_member" <<'PY'
+import glob, hashlib, sys, zipfile
+tmp, sha256, member = sys.argv[1:]
+wheel = glob.glob(tmp + "/*.whl")[0]
+digest = hashlib.sha256(open(wheel, "rb").read()).hexdigest()
+if digest != sha256:
+    sys.exit(f"setup: {wheel} has SHA-256 {digest}, expected {sha256}")
+zipfile.ZipFile(wheel).extract(member, tmp)
+PY
+        mkdir -p "$xla_cache"
+        mv "$tmp/$xla_member" "$xla_cache/xla_cpu_pjrt.so.partial"
+        mv "$xla_cache/xla_cpu_pjrt.so.partial" "$xla_cache/xla_cpu_pjrt.so"
+        echo "$xla_pin" > "$xla_cache/pin.txt"
+        rm -rf "$tmp"
+    fi
+}
+
+# What a user's own program needs for one feature, alone: `--mpi` (OpenMPI and libclang),
+# `--wgpu` (the Vulkan loader and mesa's drivers, lavapipe included, for machines without a
+# GPU driver of their own), `--xla` (XLA's CPU PJRT plugin). `cpu` needs nothing; `cuda` needs
+# the NVIDIA driver; `tch` needs LibTorch 2.9.0 (docs/libtorch.md).
+case "${1:-}" in
+    --mpi)
+        install_missing "${mpi_packages[@]}"
+        echo "setup: ok (mpi)"
+        exit 0
+        ;;
+    --wgpu)
+        install_missing "${wgpu_packages[@]}"
+        echo "setup: ok (wgpu)"
+        exit 0
+        ;;
+    --xla)
+        fetch_xla_plugin
+        echo "setup: ok (xla)"
+        exit 0
+        ;;
+esac
 
 # Debian packages: mesa's lavapipe (a software Vulkan driver) so the wgpu accelerator runs
 # its tests on machines without a GPU; OpenMPI (the ddp engine: mpirun and the library the
@@ -50,7 +100,7 @@ fi
 # daemons, for the test that trains under a private one-node cluster (scripts/test-slurm.sh);
 # qemu's user-mode emulator, to train on an emulated CPU without AVX-512
 # (examples/digits/tests/cpu_dispatch.rs); a sans-serif font for curves.png's labels.
-packages=(libvulkan1 mesa-vulkan-drivers "${mpi_packages[@]}" slurmctld slurmd qemu-user
+packages=("${wgpu_packages[@]}" "${mpi_packages[@]}" slurmctld slurmd qemu-user
     fonts-dejavu-core)
 install_missing "${packages[@]}"
 
@@ -67,35 +117,7 @@ if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore safetensors numpy
 fi
 
-# XLA's CPU PJRT plugin, for the xla accelerator's tests and `cargo xtask bench xla`: the pinned
-# wheel's library, unpacked into a cache dir outside the clone, where ember looks for it
-# (crates/accel-tpu-xla/src/pjrt/plugin.rs). `pip download --no-deps` installs nothing; ~63 MB
-# to download once, checked against its SHA-256. The wheel is XLA's CPU plugin built from the
-# XLA of jaxlib 0.11.2 (PJRT C API 0.115); it runs ember's programs 5-20% faster than the
-# `xla-cpu-pjrt` 0.0.1 wheel pinned before it (docs/xla.md).
-xla_pin="lammps-jax-pjrt-cpu==0.11.2"
-xla_sha256="1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1"
-xla_member="lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
-xla_cache="${EMBER_XLA_CACHE:-$HOME/.cache/ember-xla}"
-if [ ! -f "$xla_cache/xla_cpu_pjrt.so" ] || [ "$(cat "$xla_cache/pin.txt" 2>/dev/null)" != "$xla_pin" ]; then
-    echo "setup: fetching XLA's CPU PJRT plugin ($xla_pin) into $xla_cache (pip download)"
-    tmp="$(mktemp -d)"
-    python3 -m pip download --quiet --disable-pip-version-check --no-deps "$xla_pin" -d "$tmp"
-    python3 - "$tmp" "$xla_sha256" "$xla_member" <<'PY'
-import glob, hashlib, sys, zipfile
-tmp, sha256, member = sys.argv[1:]
-wheel = glob.glob(tmp + "/*.whl")[0]
-digest = hashlib.sha256(open(wheel, "rb").read()).hexdigest()
-if digest != sha256:
-    sys.exit(f"setup: {wheel} has SHA-256 {digest}, expected {sha256}")
-zipfile.ZipFile(wheel).extract(member, tmp)
-PY
-    mkdir -p "$xla_cache"
-    mv "$tmp/$xla_member" "$xla_cache/xla_cpu_pjrt.so.partial"
-    mv "$xla_cache/xla_cpu_pjrt.so.partial" "$xla_cache/xla_cpu_pjrt.so"
-    echo "$xla_pin" > "$xla_cache/pin.txt"
-    rm -rf "$tmp"
-fi
+fetch_xla_plugin
 
 # With --torch: the pinned PyTorch and Lightning (scripts/torch-pins.txt) in a venv outside the
 # clone, for the LibTorch accelerators (their build and tests) and the benchmark against
