@@ -5,6 +5,7 @@
 //! (`CARGO_TARGET_DIR`, default `~/.cache/ember-target`), `CARGO_BUILD_JOBS=2` and
 //! `CARGO_INCREMENTAL=0` (each unless already set).
 
+mod doclinks;
 mod fuzz;
 mod layering;
 mod leftovers;
@@ -60,7 +61,8 @@ cargo xtask <task>
                      (default 20000, seed 1; the suite runs a fixed seed's few hundred)
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
                      lines, no burn under ember-plan), no words about how the work is
-                     organised in README, docs/ and the examples' sources, the test rows resolve dependencies
+                     organised in README, docs/ and the examples' sources, every path the
+                     docs name exists, the test rows resolve dependencies
                      alike (cargo tree), fmt --check, clippy -D warnings
   ci                 lint, then test
   setup              install system packages the tests need (scripts/setup.sh), and the
@@ -211,6 +213,7 @@ fn lint() -> bool {
     let cpu_row_tests: Vec<&str> = cpu_row_tests.split(' ').collect();
     layering::check(&root())
         && wording::check(&root())
+        && doclinks::check(&root())
         && unify::rows_share_dependency_builds()
         && run("cargo", &["fmt", "--all", "--", "--check"], &[])
         && run_in("cargo", &workspace, &[], &torch_env())
