@@ -152,7 +152,7 @@ fi
 # real tracking server it starts (`mlflow server`, SQLite backend) and reads back with MLflow's
 # own client. ~850 MB and ~40 s the first time; reused while its recorded pin matches.
 if [ "${1:-}" = "--torch" ]; then
-    pinned_venv "${EMBER_MLFLOW_VENV:-$HOME/.cache/ember-mlflow/venv}" "mlflow==3.17.2" mlflow
+    pinned_venv "${EMBER_MLFLOW_VENV:-$HOME/.cache/ember-mlflow/venv}" "mlflow[auth]==3.17.2" mlflow
 fi
 
 # With --jax: jax and optax (pinned) in a venv of their own, for `cargo xtask bench xla`, which

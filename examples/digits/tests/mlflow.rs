@@ -3,7 +3,10 @@
 //! MLflow's own Python client: the hyperparameters as params, every metric of metrics.csv with
 //! its step, the plan's tags, curves.png and the checkpoints as artifacts, the run FINISHED. A
 //! server that cannot be reached gets a warning; the fit goes on and metrics.csv has everything
-//! (a server that comes back mid-run is the logger's own unit test).
+//! (a server that comes back mid-run is the logger's own unit test). Over HTTPS (a CA made here
+//! with openssl) the logger trusts the CA bundle it is given, refuses the server without it and
+//! skips the check when told to; behind MLflow's basic-auth app it logs with a user name and
+//! password, and a wrong password is a warning that never shows the password.
 
 // Digits trains on cpu in these tests whatever backend it is built with: the matrix's cpu row
 // runs them, and a backend row (digits built with that backend's feature) would only repeat them.
@@ -60,7 +63,7 @@ impl Drop for Server {
     }
 }
 
-/// Whether the server at `port` answers its health check.
+/// Whether the plain-HTTP server at `port` answers its health check.
 fn healthy(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -74,13 +77,37 @@ fn healthy(port: u16) -> bool {
         && answer.contains(" 200 ")
 }
 
+/// Whether the server at `port` answers its health check over TLS (its certificate unchecked).
+fn healthy_over_tls(port: u16) -> bool {
+    let url = format!("https://127.0.0.1:{port}/health");
+    (Command::new("curl")
+        .args(["-skf", "--max-time", "2", &url])
+        .output())
+    .is_ok_and(|out| out.status.success())
+}
+
 /// Starts `mlflow server` in `dir` on a free port; waits up to 120 s for it to answer.
 fn start_server(venv: &Path, dir: &Path) -> (Server, u16) {
+    start_server_with(venv, dir, &[], &[])
+}
+
+/// [`start_server`] with more arguments and variables; over TLS when the arguments hand
+/// uvicorn a certificate.
+fn start_server_with(
+    venv: &Path,
+    dir: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (Server, u16) {
     let port = free_port();
+    let tls = args.iter().any(|a| a.contains("--ssl-certfile"));
     let log = std::fs::File::create(dir.join("server.log")).unwrap();
     let child = Command::new(venv.join("bin/mlflow"))
         .process_group(0)
+        .current_dir(dir)
+        .envs(envs.iter().copied())
         .args(["server", "--host", "127.0.0.1", "--workers", "1"])
+        .args(args)
         .args(["--port", &port.to_string()])
         .arg("--backend-store-uri")
         .arg(format!("sqlite:///{}", dir.join("mlflow.db").display()))
@@ -92,7 +119,11 @@ fn start_server(venv: &Path, dir: &Path) -> (Server, u16) {
         .unwrap();
     let server = Server(child);
     let started = Instant::now();
-    while !healthy(port) {
+    while !(if tls {
+        healthy_over_tls(port)
+    } else {
+        healthy(port)
+    }) {
         let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
         assert!(
             started.elapsed() < Duration::from_secs(120),
@@ -105,11 +136,12 @@ fn start_server(venv: &Path, dir: &Path) -> (Server, u16) {
 
 /// `digits fit` in `dir` logging to `uri` (and to csv).
 fn fit(dir: &Path, uri: &str) -> Output {
-    fit_logging(dir, uri, "[csv, mlflow]")
+    fit_logging(dir, uri, "[csv, mlflow]", &[])
 }
 
-/// `digits fit` in `dir` with `--trainer.logger=LOGGERS`, MLflow's server at `uri`.
-fn fit_logging(dir: &Path, uri: &str, loggers: &str) -> Output {
+/// `digits fit` in `dir` with `--trainer.logger=LOGGERS`, MLflow's server at `uri`, and the
+/// variables `envs`.
+fn fit_logging(dir: &Path, uri: &str, loggers: &str, envs: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_digits"))
         .args([
             "fit",
@@ -124,6 +156,7 @@ fn fit_logging(dir: &Path, uri: &str, loggers: &str) -> Output {
         .env("MLFLOW_TRACKING_URI", uri)
         .env("MLFLOW_EXPERIMENT_NAME", "ember-test")
         .env("EMBER_MLFLOW_LOG_CHECKPOINTS", "true")
+        .envs(envs.iter().copied())
         .output()
         .unwrap()
 }
@@ -230,7 +263,7 @@ fn an_unreachable_server_is_a_warning_and_nothing_local_is_lost() {
     for loggers in ["[csv, mlflow]", "mlflow"] {
         let dir = tempfile::tempdir().unwrap();
         let uri = format!("http://127.0.0.1:{}", free_port());
-        let out = fit_logging(dir.path(), &uri, loggers);
+        let out = fit_logging(dir.path(), &uri, loggers, &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{loggers}: {stderr}");
         let log_dir = dir.path().join("lightning_logs/version_0");
@@ -275,4 +308,201 @@ fn a_tracking_uri_that_is_not_http_exits_2_naming_the_flag() {
         stderr.contains("--trainer.logger") && stderr.contains("file:./mlruns"),
         "{stderr}"
     );
+}
+
+/// A CA and a certificate for 127.0.0.1 it signed, made with openssl in `dir`: the CA's and
+/// the server's certificate and the server's key. `None` (with a message) without openssl.
+fn certificates(dir: &Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output();
+        out.map(|o| {
+            assert!(
+                o.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+    };
+    let ca = [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=ember test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ];
+    if openssl(&ca).is_err() {
+        eprintln!("skipped: openssl is not installed");
+        return None;
+    }
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ])
+    .unwrap();
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ])
+    .unwrap();
+    Some((
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    ))
+}
+
+/// The run MLflow's client reads from the server at `uri`, trusting the CA `ca`.
+fn read_back(venv: &Path, uri: &str, envs: &[(&str, &str)]) -> serde_json::Value {
+    let read = Command::new(venv.join("bin/python"))
+        .args(["-c", READ_BACK, uri])
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    serde_json::from_slice(&read.stdout).unwrap()
+}
+
+#[test]
+fn over_https_the_logger_trusts_the_ca_it_is_given_and_refuses_a_server_it_cannot_check() {
+    let Some(venv) = mlflow_venv() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some((ca, cert, key)) = certificates(dir.path()) else {
+        return;
+    };
+    let tls = format!(
+        "--ssl-certfile={} --ssl-keyfile={}",
+        cert.display(),
+        key.display()
+    );
+    let (_server, port) = start_server_with(&venv, dir.path(), &["--uvicorn-opts", &tls], &[]);
+    let uri = format!("https://127.0.0.1:{port}");
+    let ca = ca.display().to_string();
+    let trusted = [("MLFLOW_TRACKING_SERVER_CERT_PATH", ca.as_str())];
+    let out = fit_logging(dir.path(), &uri, "[csv, mlflow]", &trusted);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("MLflow logger"), "no warning: {stderr}");
+    let run = read_back(&venv, &uri, &trusted);
+    assert_eq!(
+        (run["status"].as_str(), run["name"].as_str()),
+        (Some("FINISHED"), Some("version_0"))
+    );
+
+    // Without the CA the server's certificate cannot be checked: a warning, the fit goes on.
+    let out = fit_logging(dir.path(), &uri, "[csv, mlflow]", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: MLflow logger: the server at https://127.0.0.1")
+            && stderr.contains("certificate"),
+        "{stderr}"
+    );
+
+    // Told not to check, it logs (as MLflow's client does with the same variable).
+    let insecure = [("MLFLOW_TRACKING_INSECURE_TLS", "true")];
+    let out = fit_logging(dir.path(), &uri, "[csv, mlflow]", &insecure);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("MLflow logger"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn behind_basic_auth_the_logger_logs_with_a_password_that_shows_nowhere() {
+    let Some(venv) = mlflow_venv() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let password = "s3cret-Pa55word-for-ember";
+    let server_env = [
+        ("MLFLOW_AUTH_ADMIN_PASSWORD", password),
+        ("MLFLOW_FLASK_SERVER_SECRET_KEY", "ember-test"),
+    ];
+    let (_server, port) = start_server_with(
+        &venv,
+        dir.path(),
+        &["--app-name", "basic-auth"],
+        &server_env,
+    );
+    let uri = format!("http://127.0.0.1:{port}");
+    let user = [
+        ("MLFLOW_TRACKING_USERNAME", "admin"),
+        ("MLFLOW_TRACKING_PASSWORD", password),
+    ];
+    let out = fit_logging(dir.path(), &uri, "[csv, mlflow]", &user);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("MLflow logger"), "no warning: {stderr}");
+    let run = read_back(&venv, &uri, &user);
+    assert_eq!(run["status"], "FINISHED");
+
+    let wrong = [
+        ("MLFLOW_TRACKING_USERNAME", "admin"),
+        ("MLFLOW_TRACKING_PASSWORD", "not-it-0000"),
+    ];
+    let out = fit_logging(dir.path(), &uri, "[csv, mlflow]", &wrong);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: MLflow logger") && stderr.contains("401"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("not-it-0000") && !stderr.contains(password),
+        "{stderr}"
+    );
+    // Nothing the runs wrote holds either password.
+    let mut files = vec![dir.path().join("lightning_logs")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            let bytes = std::fs::read(&path).unwrap();
+            for secret in [password, "not-it-0000"] {
+                let found = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+                assert!(!found, "{} holds a password", path.display());
+            }
+        }
+    }
 }

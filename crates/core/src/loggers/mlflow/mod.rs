@@ -4,7 +4,8 @@
 //! when an entry point ends `curves.png` (and, with `EMBER_MLFLOW_LOG_CHECKPOINTS=true`, the
 //! checkpoints) as artifacts through the server's artifact proxy.
 //!
-//! The server is `MLFLOW_TRACKING_URI` (`http://host:port`; plain HTTP only), the experiment
+//! The server is `MLFLOW_TRACKING_URI` (`http://` or `https://`, with MLflow's own variables for
+//! certificates and credentials: docs/trainer.md, Loggers), the experiment
 //! `MLFLOW_EXPERIMENT_NAME` (default `lightning_logs`, as Lightning's). The run always has a
 //! local copy, `metrics.csv` and `hparams.yaml` in its version directory (a run whose only
 //! logger is mlflow gets the csv logger too). A server that cannot be reached or refuses a
@@ -18,7 +19,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, anyhow, bail};
 use serde_json::{Value, json};
 
+use self::connection::Connection;
 use super::Logger;
+
+mod connection;
 
 /// The environment variable naming the server.
 pub const TRACKING_URI_VAR: &str = "MLFLOW_TRACKING_URI";
@@ -45,11 +49,10 @@ struct Remote {
 
 /// Logs to an MLflow tracking server.
 pub struct MlflowLogger {
-    base: String,
+    connection: Connection,
     experiment: String,
     run_name: String,
     log_dir: PathBuf,
-    agent: ureq::Agent,
     remote: Option<Remote>,
     /// The run's tags, for when it is created.
     tags: Vec<Value>,
@@ -74,24 +77,22 @@ fn now_ms() -> u64 {
 
 impl MlflowLogger {
     /// A logger for the run whose files are in `log_dir`, to the server `MLFLOW_TRACKING_URI`
-    /// names (an `http://` URL; anything else is an error naming the variable).
+    /// names (an `http://` or `https://` URL; anything else is an error naming the variable).
     pub fn new(log_dir: &Path) -> anyhow::Result<Self> {
-        Self::to(
-            &std::env::var(TRACKING_URI_VAR).unwrap_or_default(),
-            log_dir,
-        )
+        let var = |name: &str| std::env::var(name).ok();
+        Self::to(&var(TRACKING_URI_VAR).unwrap_or_default(), log_dir, var)
     }
 
-    /// A logger to the server at `uri`.
-    fn to(uri: &str, log_dir: &Path) -> anyhow::Result<Self> {
-        if !uri.starts_with("http://") {
+    /// A logger to the server at `uri`, connected as `var` (the environment) says.
+    fn to(uri: &str, log_dir: &Path, var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        if !uri.starts_with("http://") && !uri.starts_with("https://") {
             // Bad input: a flag error (exit 2) naming the logger, the variable's value and what
             // is allowed.
             return Err(crate::error::FlagError::new(
                 "--trainer.logger",
                 "mlflow",
                 format!(
-                    "{TRACKING_URI_VAR}=http://HOST:PORT, an MLflow tracking server over plain HTTP (got `{uri}`; for https, a local proxy in front of the server)"
+                    "{TRACKING_URI_VAR}=http://HOST:PORT or https://HOST:PORT, an MLflow tracking server (got `{uri}`)"
                 ),
             )
             .into());
@@ -100,13 +101,12 @@ impl MlflowLogger {
         let run_name = (log_dir.file_name())
             .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
         Ok(Self {
-            base: uri.trim_end_matches('/').to_owned(),
+            connection: Connection::new(uri, var).map_err(|e| {
+                crate::error::FlagError::new("--trainer.logger", "mlflow", format!("{e:#}"))
+            })?,
             experiment,
             run_name,
             log_dir: log_dir.to_owned(),
-            agent: ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(10))
-                .build(),
             remote: None,
             tags: Vec::new(),
             pending_params: Vec::new(),
@@ -117,21 +117,18 @@ impl MlflowLogger {
         })
     }
 
-    fn url(&self, endpoint: &str) -> String {
-        format!("{}/api/2.0/mlflow/{endpoint}", self.base)
-    }
-
     fn post(&self, endpoint: &str, body: Value) -> anyhow::Result<Value> {
-        let response = self.agent.post(&self.url(endpoint)).send_json(body);
+        let response = (self.connection)
+            .request("POST", &self.connection.url(endpoint))
+            .send_json(body);
         read(response, endpoint)
     }
 
     /// The experiment's id, made if it does not exist.
     fn experiment_id(&self) -> anyhow::Result<String> {
-        let url = self.url("experiments/get-by-name");
-        let found = self
-            .agent
-            .get(&url)
+        let url = self.connection.url("experiments/get-by-name");
+        let found = (self.connection)
+            .request("GET", &url)
             .query("experiment_name", &self.experiment)
             .call();
         match found {
@@ -184,7 +181,7 @@ impl MlflowLogger {
                 if self.retry_at.take().is_some() {
                     eprintln!(
                         "MLflow logger: the server at {} answers again; it got what was held",
-                        self.base
+                        self.connection.shown()
                     );
                 }
                 true
@@ -193,7 +190,7 @@ impl MlflowLogger {
                 if !self.failed_once {
                     eprintln!(
                         "warning: MLflow logger: the server at {} failed ({e:#}); training goes on, the logger holds what it has not sent and tries again every {} s, and {} keeps the whole run",
-                        self.base,
+                        self.connection.shown(),
                         RETRY_EVERY.as_secs(),
                         self.log_dir.join(super::METRICS_FILE).display()
                     );
@@ -240,12 +237,9 @@ impl MlflowLogger {
         else {
             bail!("the server does not proxy artifacts (start it with --serve-artifacts)");
         };
-        let url = format!(
-            "{}/api/2.0/mlflow-artifacts/artifacts/{path}/{name}",
-            self.base
-        );
+        let url = self.connection.artifact_url(&format!("{path}/{name}"));
         let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-        let response = self.agent.put(&url).send_bytes(&bytes);
+        let response = self.connection.request("PUT", &url).send_bytes(&bytes);
         read(response, "mlflow-artifacts").map(drop)
     }
 
@@ -325,7 +319,7 @@ impl MlflowLogger {
         }
         self.send_held()?;
         self.end_run(true)?;
-        Ok(self.base)
+        Ok(self.connection.shown())
     }
 }
 
@@ -411,7 +405,7 @@ impl Logger for MlflowLogger {
         if !self.sync(true) {
             eprintln!(
                 "warning: MLflow logger: the server at {} has not got the whole run; {} keeps it, and `mlflow-upload {}` sends it when the server answers",
-                self.base,
+                self.connection.shown(),
                 self.log_dir.join(super::METRICS_FILE).display(),
                 self.log_dir.display()
             );
@@ -420,7 +414,7 @@ impl Logger for MlflowLogger {
         if let Err(e) = self.end_run(success) {
             eprintln!(
                 "warning: MLflow logger: ending the run at {} failed ({e:#}); {} keeps it",
-                self.base,
+                self.connection.shown(),
                 self.log_dir.join(super::METRICS_FILE).display()
             );
         }

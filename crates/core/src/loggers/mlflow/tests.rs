@@ -25,7 +25,7 @@ fn hyperparameters_flatten_to_dotted_params_and_the_plan_gives_tags() {
 
 #[test]
 fn a_tracking_uri_is_required() {
-    let e = MlflowLogger::to("file:./mlruns", Path::new("version_0"))
+    let e = MlflowLogger::to("file:./mlruns", Path::new("version_0"), no_var)
         .err()
         .unwrap();
     let e = e.to_string();
@@ -36,16 +36,22 @@ fn a_tracking_uri_is_required() {
     let logger = MlflowLogger::to(
         "http://127.0.0.1:5000/",
         Path::new("lightning_logs/version_3"),
+        no_var,
     );
     let logger = logger.unwrap();
     assert_eq!(
-        (logger.base.as_str(), logger.run_name.as_str()),
+        (logger.connection.shown().as_str(), logger.run_name.as_str()),
         ("http://127.0.0.1:5000", "version_3")
     );
 }
 
-/// What the stand-in server was sent: each request's path and JSON body.
-type Requests = Arc<Mutex<Vec<(String, Value)>>>;
+/// What the stand-in server was sent: each request's path, JSON body and `Authorization`.
+type Requests = Arc<Mutex<Vec<(String, Value, Option<String>)>>>;
+
+/// An empty environment.
+fn no_var(_: &str) -> Option<String> {
+    None
+}
 
 /// Answers every request on `listener` as an MLflow server would (one experiment, one run)
 /// and records it, until the test ends.
@@ -64,6 +70,7 @@ fn serve(listener: TcpListener) -> Requests {
                 .unwrap_or_default()
                 .to_owned();
             let mut length = 0;
+            let mut authorization = None;
             loop {
                 let mut header = String::new();
                 reader.read_line(&mut header).unwrap();
@@ -72,6 +79,11 @@ fn serve(listener: TcpListener) -> Requests {
                 }
                 if let Some(n) = header.to_ascii_lowercase().strip_prefix("content-length:") {
                     length = n.trim().parse().unwrap();
+                }
+                if let Some((name, value)) = header.split_once(':')
+                    && name.eq_ignore_ascii_case("authorization")
+                {
+                    authorization = Some(value.trim().to_owned());
                 }
             }
             let mut body = vec![0; length];
@@ -84,7 +96,7 @@ fn serve(listener: TcpListener) -> Requests {
                 json!({})
             };
             let sent = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            seen.lock().unwrap().push((path, sent));
+            seen.lock().unwrap().push((path, sent, authorization));
             let answer = answer.to_string();
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -101,7 +113,7 @@ fn serve(listener: TcpListener) -> Requests {
 fn steps_sent(requests: &Requests) -> Vec<u64> {
     let requests = requests.lock().unwrap();
     (requests.iter())
-        .flat_map(|(_, body)| body["metrics"].as_array().cloned().unwrap_or_default())
+        .flat_map(|(_, body, _)| body["metrics"].as_array().cloned().unwrap_or_default())
         .map(|m| m["step"].as_u64().unwrap())
         .collect()
 }
@@ -115,7 +127,7 @@ fn a_server_that_comes_back_mid_run_gets_what_was_held() {
         .port();
     let dir = tempfile::tempdir().unwrap();
     let uri = format!("http://127.0.0.1:{port}");
-    let mut logger = MlflowLogger::to(&uri, &dir.path().join("version_0")).unwrap();
+    let mut logger = MlflowLogger::to(&uri, &dir.path().join("version_0"), no_var).unwrap();
     let loss = |v: f64| BTreeMap::from([("train_loss".to_owned(), v)]);
     // Nothing listens: the run, its params and the first metrics are held.
     let hparams = json!({"model": {"lr": 0.001}, "plan": {"accelerator": "cpu"}});
@@ -139,7 +151,7 @@ fn a_server_that_comes_back_mid_run_gets_what_was_held() {
     logger.finalize(true).unwrap();
     assert_eq!(steps_sent(&requests), [0, 9, 19]);
     let requests = requests.lock().unwrap();
-    let paths: Vec<&str> = requests.iter().map(|(p, _)| p.as_str()).collect();
+    let paths: Vec<&str> = requests.iter().map(|(p, ..)| p.as_str()).collect();
     assert_eq!(
         paths.iter().filter(|p| p.ends_with("runs/create")).count(),
         1,
@@ -147,7 +159,7 @@ fn a_server_that_comes_back_mid_run_gets_what_was_held() {
     );
     let params = &requests
         .iter()
-        .find(|(_, body)| body.get("params").is_some())
+        .find(|(_, body, _)| body.get("params").is_some())
         .unwrap()
         .1["params"];
     assert!(
@@ -157,7 +169,7 @@ fn a_server_that_comes_back_mid_run_gets_what_was_held() {
             .contains(&json!({"key": "model.lr", "value": "0.001"})),
         "{params}"
     );
-    let (last, ended) = requests.last().unwrap();
+    let (last, ended, _) = requests.last().unwrap();
     assert!(last.ends_with("runs/update"), "{paths:?}");
     assert_eq!(ended["status"], "FINISHED");
 }
@@ -179,7 +191,7 @@ fn a_runs_local_copy_is_sent_later() {
         csv.log_metrics(&metrics, step).unwrap();
     }
     csv.save().unwrap();
-    let server = MlflowLogger::to(&uri, &log_dir)
+    let server = MlflowLogger::to(&uri, &log_dir, no_var)
         .unwrap()
         .send_copy()
         .unwrap();
@@ -192,14 +204,92 @@ fn a_runs_local_copy_is_sent_later() {
     let requests = requests.lock().unwrap();
     let created = &requests
         .iter()
-        .find(|(p, _)| p.ends_with("runs/create"))
+        .find(|(p, ..)| p.ends_with("runs/create"))
         .unwrap()
         .1;
     assert_eq!(created["run_name"], "version_4");
     assert!(
         requests
             .iter()
-            .any(|(_, b)| b["params"][0] == json!({"key": "model.lr", "value": "0.01"}))
+            .any(|(_, b, _)| b["params"][0] == json!({"key": "model.lr", "value": "0.01"}))
     );
     assert_eq!(requests.last().unwrap().1["status"], "FINISHED");
+}
+
+/// Every request carries the credentials MLflow's variables give (a token before a user name),
+/// and messages show the server without a `user:password@`.
+#[test]
+fn credentials_go_in_every_requests_header_and_nowhere_else() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let requests = serve(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            (pairs.iter())
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    let runs: [(&[(&str, &str)], &str); 3] = [
+        (
+            &[
+                ("MLFLOW_TRACKING_TOKEN", "t0k3n"),
+                ("MLFLOW_TRACKING_USERNAME", "u"),
+            ],
+            "Bearer t0k3n",
+        ),
+        (
+            &[
+                ("MLFLOW_TRACKING_USERNAME", "ada"),
+                ("MLFLOW_TRACKING_PASSWORD", "s3cret"),
+            ],
+            // base64("ada:s3cret")
+            "Basic YWRhOnMzY3JldA==",
+        ),
+        (&[("MLFLOW_TRACKING_USERNAME", "ada")], "Basic YWRhOg=="),
+    ];
+    for (i, (pairs, expected)) in runs.into_iter().enumerate() {
+        requests.lock().unwrap().clear();
+        let uri = format!("http://{address}");
+        let log_dir = dir.path().join(format!("version_{i}"));
+        let mut logger = MlflowLogger::to(&uri, &log_dir, env(pairs)).unwrap();
+        logger
+            .log_metrics(&BTreeMap::from([("loss".to_owned(), 1.0)]), 1)
+            .unwrap();
+        logger.finalize(true).unwrap();
+        let requests = requests.lock().unwrap();
+        assert!(requests.len() >= 3, "{}", requests.len());
+        for (path, _, authorization) in requests.iter() {
+            assert_eq!(authorization.as_deref(), Some(expected), "{path}");
+        }
+    }
+    let logger = MlflowLogger::to(
+        "https://ada:s3cret@mlflow.example:5000/x",
+        Path::new("v"),
+        no_var,
+    )
+    .unwrap();
+    assert_eq!(logger.connection.shown(), "https://mlflow.example:5000/x");
+}
+
+#[test]
+fn a_ca_bundle_that_cannot_be_read_is_an_error_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("ca.pem");
+    for content in [None, Some("not a certificate")] {
+        if let Some(text) = content {
+            std::fs::write(&bundle, text).unwrap();
+        }
+        let path = bundle.display().to_string();
+        let var = |name: &str| (name == "MLFLOW_TRACKING_SERVER_CERT_PATH").then(|| path.clone());
+        let e = MlflowLogger::to("https://127.0.0.1:1", Path::new("v"), var)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("MLFLOW_TRACKING_SERVER_CERT_PATH") && e.contains("ca.pem"),
+            "{e}"
+        );
+    }
 }
