@@ -202,16 +202,7 @@ fn a_fit_logs_its_run_to_a_real_tracking_server() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("MLflow logger"), "no warning: {stderr}");
-    let read = Command::new(venv.join("bin/python"))
-        .args(["-c", READ_BACK, &uri])
-        .output()
-        .unwrap();
-    assert!(
-        read.status.success(),
-        "{}",
-        String::from_utf8_lossy(&read.stderr)
-    );
-    let run: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let run = read_back(&venv, &uri, &[]);
     assert_eq!(run["status"], "FINISHED");
     assert_eq!(run["name"], "version_0");
     assert_eq!(run["params"]["model.lr"], "0.001");
@@ -389,7 +380,7 @@ fn certificates(dir: &Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
     ))
 }
 
-/// The run MLflow's client reads from the server at `uri`, trusting the CA `ca`.
+/// The run MLflow's client reads from the server at `uri`, with the variables `envs`.
 fn read_back(venv: &Path, uri: &str, envs: &[(&str, &str)]) -> serde_json::Value {
     let read = Command::new(venv.join("bin/python"))
         .args(["-c", READ_BACK, uri])
