@@ -19,9 +19,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, anyhow, bail};
 use serde_json::{Value, json};
 
+pub use self::background::MlflowLogger;
 use self::connection::Connection;
 use super::Logger;
 
+mod background;
 mod connection;
 
 /// The environment variable naming the server.
@@ -47,8 +49,9 @@ struct Remote {
     artifact_path: Option<String>,
 }
 
-/// Logs to an MLflow tracking server.
-pub struct MlflowLogger {
+/// Logs to an MLflow tracking server from the thread that calls it (the [`MlflowLogger`] a run
+/// uses drives one on a thread of its own).
+struct Tracker {
     connection: Connection,
     experiment: String,
     run_name: String,
@@ -75,10 +78,10 @@ fn now_ms() -> u64 {
     since.as_millis() as u64
 }
 
-impl MlflowLogger {
-    /// A logger for the run whose files are in `log_dir`, to the server `MLFLOW_TRACKING_URI`
+impl Tracker {
+    /// A tracker for the run whose files are in `log_dir`, to the server `MLFLOW_TRACKING_URI`
     /// names (an `http://` or `https://` URL; anything else is an error naming the variable).
-    pub fn new(log_dir: &Path) -> anyhow::Result<Self> {
+    fn new(log_dir: &Path) -> anyhow::Result<Self> {
         let var = |name: &str| std::env::var(name).ok();
         Self::to(&var(TRACKING_URI_VAR).unwrap_or_default(), log_dir, var)
     }
@@ -298,7 +301,7 @@ impl MlflowLogger {
     /// Sends a run's local copy in `log_dir` (`hparams.yaml`, `metrics.csv`, and what an entry
     /// point's end uploads) to the server `MLFLOW_TRACKING_URI` names, as a FINISHED run named
     /// after the directory: for a run the server never got. Returns the server's address.
-    pub fn send_run(log_dir: &Path) -> anyhow::Result<String> {
+    fn send_run(log_dir: &Path) -> anyhow::Result<String> {
         Self::new(log_dir)?.send_copy()
     }
 
@@ -380,7 +383,7 @@ fn tags(hparams: &Value) -> Vec<Value> {
         .collect()
 }
 
-impl Logger for MlflowLogger {
+impl Logger for Tracker {
     fn log_hyperparams(&mut self, hparams: &Value) -> anyhow::Result<()> {
         self.tags = tags(hparams);
         self.pending_params.extend(params(hparams));

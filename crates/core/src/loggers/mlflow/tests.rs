@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 
 use super::*;
@@ -25,7 +26,7 @@ fn hyperparameters_flatten_to_dotted_params_and_the_plan_gives_tags() {
 
 #[test]
 fn a_tracking_uri_is_required() {
-    let e = MlflowLogger::to("file:./mlruns", Path::new("version_0"), no_var)
+    let e = Tracker::to("file:./mlruns", Path::new("version_0"), no_var)
         .err()
         .unwrap();
     let e = e.to_string();
@@ -33,7 +34,7 @@ fn a_tracking_uri_is_required() {
         e.contains(TRACKING_URI_VAR) && e.contains("file:./mlruns"),
         "{e}"
     );
-    let logger = MlflowLogger::to(
+    let logger = Tracker::to(
         "http://127.0.0.1:5000/",
         Path::new("lightning_logs/version_3"),
         no_var,
@@ -56,8 +57,15 @@ fn no_var(_: &str) -> Option<String> {
 /// Answers every request on `listener` as an MLflow server would (one experiment, one run)
 /// and records it, until the test ends.
 fn serve(listener: TcpListener) -> Requests {
+    serve_gated(listener, None)
+}
+
+/// [`serve`], holding the first request open until `gate` says to answer it; then `opened`
+/// gets whether its client was still waiting for the answer.
+fn serve_gated(listener: TcpListener, gate: Option<(Receiver<()>, Sender<bool>)>) -> Requests {
     let requests = Requests::default();
     let seen = Arc::clone(&requests);
+    let mut gate = gate;
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let mut stream = stream.unwrap();
@@ -95,6 +103,13 @@ fn serve(listener: TcpListener) -> Requests {
             } else {
                 json!({})
             };
+            if let Some((release, opened)) = gate.take() {
+                release.recv().unwrap();
+                stream.set_nonblocking(true).unwrap();
+                let waiting = matches!(stream.peek(&mut [0]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+                stream.set_nonblocking(false).unwrap();
+                opened.send(waiting).unwrap();
+            }
             let sent = serde_json::from_slice(&body).unwrap_or(Value::Null);
             seen.lock().unwrap().push((path, sent, authorization));
             let answer = answer.to_string();
@@ -127,7 +142,7 @@ fn a_server_that_comes_back_mid_run_gets_what_was_held() {
         .port();
     let dir = tempfile::tempdir().unwrap();
     let uri = format!("http://127.0.0.1:{port}");
-    let mut logger = MlflowLogger::to(&uri, &dir.path().join("version_0"), no_var).unwrap();
+    let mut logger = Tracker::to(&uri, &dir.path().join("version_0"), no_var).unwrap();
     let loss = |v: f64| BTreeMap::from([("train_loss".to_owned(), v)]);
     // Nothing listens: the run, its params and the first metrics are held.
     let hparams = json!({"model": {"lr": 0.001}, "plan": {"accelerator": "cpu"}});
@@ -191,7 +206,7 @@ fn a_runs_local_copy_is_sent_later() {
         csv.log_metrics(&metrics, step).unwrap();
     }
     csv.save().unwrap();
-    let server = MlflowLogger::to(&uri, &log_dir, no_var)
+    let server = Tracker::to(&uri, &log_dir, no_var)
         .unwrap()
         .send_copy()
         .unwrap();
@@ -253,7 +268,7 @@ fn credentials_go_in_every_requests_header_and_nowhere_else() {
         requests.lock().unwrap().clear();
         let uri = format!("http://{address}");
         let log_dir = dir.path().join(format!("version_{i}"));
-        let mut logger = MlflowLogger::to(&uri, &log_dir, env(pairs)).unwrap();
+        let mut logger = Tracker::to(&uri, &log_dir, env(pairs)).unwrap();
         logger
             .log_metrics(&BTreeMap::from([("loss".to_owned(), 1.0)]), 1)
             .unwrap();
@@ -264,7 +279,7 @@ fn credentials_go_in_every_requests_header_and_nowhere_else() {
             assert_eq!(authorization.as_deref(), Some(expected), "{path}");
         }
     }
-    let logger = MlflowLogger::to(
+    let logger = Tracker::to(
         "https://ada:s3cret@mlflow.example:5000/x",
         Path::new("v"),
         no_var,
@@ -283,7 +298,7 @@ fn a_ca_bundle_that_cannot_be_read_is_an_error_naming_the_variable() {
         }
         let path = bundle.display().to_string();
         let var = |name: &str| (name == "MLFLOW_TRACKING_SERVER_CERT_PATH").then(|| path.clone());
-        let e = MlflowLogger::to("https://127.0.0.1:1", Path::new("v"), var)
+        let e = Tracker::to("https://127.0.0.1:1", Path::new("v"), var)
             .err()
             .unwrap()
             .to_string();
@@ -292,4 +307,36 @@ fn a_ca_bundle_that_cannot_be_read_is_an_error_naming_the_variable() {
             "{e}"
         );
     }
+}
+
+/// The training thread hands the logger what it logs and goes on: while the server holds the
+/// run's first request open, hyperparameters, metrics and saves return at once; the request is
+/// still waiting when the server answers; `finalize` waits for everything to go.
+#[test]
+fn logging_never_waits_for_the_server() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}", listener.local_addr().unwrap());
+    let (release, gate) = channel();
+    let (opened, was_open) = channel();
+    let requests = serve_gated(listener, Some((gate, opened)));
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = Tracker::to(&uri, &dir.path().join("version_0"), no_var).unwrap();
+    let mut logger = MlflowLogger::tracking(tracker).unwrap();
+    logger
+        .log_hyperparams(&json!({"model": {"lr": 0.1}}))
+        .unwrap();
+    for step in 0..3 {
+        let metrics = BTreeMap::from([("loss".to_owned(), 1.0 / (step + 1) as f64)]);
+        logger.log_metrics(&metrics, step).unwrap();
+        logger.save().unwrap();
+    }
+    release.send(()).unwrap();
+    assert!(
+        was_open.recv().unwrap(),
+        "the client gave up before the server answered"
+    );
+    logger.finalize(true).unwrap();
+    assert_eq!(steps_sent(&requests), [0, 1, 2]);
+    let requests = requests.lock().unwrap();
+    assert!(requests.last().unwrap().0.ends_with("runs/update"));
 }
