@@ -9,7 +9,7 @@ use std::fmt::Display;
 use anyhow::{bail, ensure};
 
 use super::header::CheckpointHeader;
-use super::{CALLBACK_PREFIX, SECTION_PREFIX, STATE_PREFIX};
+use super::{callback_tensor, is_reserved, section_tensor, state_tensor};
 
 /// The largest step, epoch or batch count a header may hold: 2^53, beyond what any run
 /// reaches (a million steps a second for 285 years) and where a count read as a float
@@ -63,27 +63,19 @@ fn listed_tensors(
     header: &CheckpointHeader,
     shown: &impl Display,
 ) -> anyhow::Result<BTreeSet<String>> {
-    let weights = header.weights.iter().map(|(name, ..)| {
-        let reserved = [SECTION_PREFIX, STATE_PREFIX, CALLBACK_PREFIX]
-            .iter()
-            .any(|prefix| name.starts_with(prefix));
-        (reserved, "weight", name.clone())
-    });
-    let state = (header.optimizer_state.iter())
-        .map(|(name, _)| (false, "optimizer state", format!("{STATE_PREFIX}{name}")));
-    let callbacks = (header.callback_tensors.iter()).map(|(key, name, _)| {
-        let tensor = format!("{CALLBACK_PREFIX}{key}.{name}");
-        (false, "callback tensor", tensor)
-    });
-    let sections = (header.sections.iter())
-        .map(|(name, ..)| (false, "section", format!("{SECTION_PREFIX}{name}")));
+    if let Some((name, ..)) = header.weights.iter().find(|(name, ..)| is_reserved(name)) {
+        bail!(
+            "{shown}: its header lists weight `{name}` under a name ember keeps for its own tensors: {EDITED}"
+        );
+    }
+    let weights = (header.weights.iter()).map(|(name, ..)| ("weight", name.clone()));
+    let state =
+        (header.optimizer_state.iter()).map(|(name, _)| ("optimizer state", state_tensor(name)));
+    let callbacks = (header.callback_tensors.iter())
+        .map(|(key, name, _)| ("callback tensor", callback_tensor(key, name)));
+    let sections = (header.sections.iter()).map(|(name, ..)| ("section", section_tensor(name)));
     let mut listed = BTreeSet::new();
-    for (reserved, what, tensor) in weights.chain(state).chain(callbacks).chain(sections) {
-        if reserved {
-            bail!(
-                "{shown}: its header lists weight `{tensor}` under a name ember keeps for its own tensors: {EDITED}"
-            );
-        }
+    for (what, tensor) in weights.chain(state).chain(callbacks).chain(sections) {
         if !listed.insert(tensor.clone()) {
             bail!("{shown}: its header lists {what} `{tensor}` twice: {EDITED}");
         }

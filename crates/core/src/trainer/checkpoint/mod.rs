@@ -40,6 +40,28 @@ pub const STATE_PREFIX: &str = "__optimizer__.";
 /// Name prefix of the tensors callbacks keep (`__callbacks__.<state key>.<name>`).
 pub const CALLBACK_PREFIX: &str = "__callbacks__.";
 
+/// Whether a weight named `name` would take a name ember keeps for its own tensors.
+fn is_reserved(name: &str) -> bool {
+    [SECTION_PREFIX, STATE_PREFIX, CALLBACK_PREFIX]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+}
+
+/// The file's tensor holding section `name`.
+fn section_tensor(name: &str) -> String {
+    format!("{SECTION_PREFIX}{name}")
+}
+
+/// The file's tensor holding the optimizer state tensor `name`.
+fn state_tensor(name: &str) -> String {
+    format!("{STATE_PREFIX}{name}")
+}
+
+/// The file's tensor holding tensor `name` of the callback whose state key is `key`.
+fn callback_tensor(key: &str, name: &str) -> String {
+    format!("{CALLBACK_PREFIX}{key}.{name}")
+}
+
 /// The tensors of a checkpoint besides the weights.
 #[derive(Debug, Clone, Default)]
 pub struct ExtraTensors {
@@ -228,9 +250,7 @@ impl Checkpoint {
         let mut views = Vec::with_capacity(weights.len() + sections.len());
         for (name, _) in weights {
             ensure!(
-                [SECTION_PREFIX, STATE_PREFIX, CALLBACK_PREFIX]
-                    .iter()
-                    .all(|prefix| !name.starts_with(prefix)),
+                !is_reserved(name),
                 "parameter name {name} uses a reserved prefix ({SECTION_PREFIX}, {STATE_PREFIX} or {CALLBACK_PREFIX})"
             );
         }
@@ -249,7 +269,7 @@ impl Checkpoint {
         for (name, bytes) in sections {
             let view = TensorView::new(Dtype::U8, vec![bytes.len()], bytes)
                 .map_err(|e| anyhow!("section {name}: {e}"))?;
-            views.push((format!("{SECTION_PREFIX}{name}"), view));
+            views.push((section_tensor(name), view));
         }
         safetensors::serialize(views, Some(metadata)).context("writing the safetensors file")
     }
@@ -277,11 +297,9 @@ impl Checkpoint {
         check_all_listed(&listed, tensors.names(), &shown)?;
         let mut sections = BTreeMap::new();
         for (name, size, crc) in &header.sections {
-            let view = tensors
-                .tensor(&format!("{SECTION_PREFIX}{name}"))
-                .map_err(|_| {
-                    anyhow!("{shown} has no `{name}` section although its header lists one")
-                })?;
+            let view = tensors.tensor(&section_tensor(name)).map_err(|_| {
+                anyhow!("{shown} has no `{name}` section although its header lists one")
+            })?;
             ensure!(
                 view.data().len() as u64 == *size && crc32(view.data()) == *crc,
                 "{shown}: section `{name}` fails its checksum (damaged or flipped bytes)"
@@ -311,16 +329,12 @@ impl Checkpoint {
         }
         let mut optimizer_state = BTreeMap::new();
         for (name, crc) in &header.optimizer_state {
-            let data = read(&format!("{STATE_PREFIX}{name}"), *crc, "optimizer state")?;
+            let data = read(&state_tensor(name), *crc, "optimizer state")?;
             optimizer_state.insert(name.clone(), data);
         }
         let mut callback_tensors = BTreeMap::<String, CallbackTensors>::new();
         for (key, name, crc) in &header.callback_tensors {
-            let data = read(
-                &format!("{CALLBACK_PREFIX}{key}.{name}"),
-                *crc,
-                "callback tensor",
-            )?;
+            let data = read(&callback_tensor(key, name), *crc, "callback tensor")?;
             (callback_tensors.entry(key.clone()).or_default()).insert(name.clone(), data);
         }
         Ok(Self {
