@@ -14,7 +14,7 @@ tag="em$$"
 ns0="${tag}n0" ns1="${tag}n1"
 addr0=10.231.$(($$ % 250)).1 addr1=10.231.$(($$ % 250)).2
 subnet="${addr0%.*}.0/24"
-agent=$(mktemp /tmp/ember-netns-agent.XXXXXX)
+agent=$(mktemp "${TMPDIR:-/tmp}/ember-netns-agent.XXXXXX")
 
 cleanup() {
     ip netns pids "$ns1" 2>/dev/null | xargs -r kill -9 2>/dev/null || true

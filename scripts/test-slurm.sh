@@ -9,15 +9,24 @@
 # (`sbatch --time=1 --signal=USR1@SECONDS`), raises the limit to ten minutes once the job has
 # been requeued (so the run it resumes is signalled once, and is not started over and over:
 # each start is a chance for srun's step launch to fail under load), waits until the job has
-# ended, and prints the job's output, then `requeued N times` and its final state.
+# ended, and prints the job's output, then `requeued N times` and its final state. With
+# `--until PATTERN` after SECONDS, the job's script launches the step again (at most 4 times in
+# one start) while no file matches PATTERN (a glob without spaces, relative to the current
+# directory) after the step ends: under load, srun can fail to launch a step, or a step can end without having
+# run, and the job would end there. The job's state over time goes to stderr when it did not
+# complete.
 # Needs root and Debian's slurm-wlm (scripts/setup.sh installs it). Exits 77 (skip) when the
 # cluster cannot start; otherwise with srun's status (with --requeue: 0 when the job completed).
 set -euo pipefail
 
-requeue=
+requeue= until=
 if [ "${1:-}" = --requeue ]; then
     requeue=$2
     shift 2
+    if [ "${1:-}" = --until ]; then
+        until=$2
+        shift 2
+    fi
 fi
 
 for cmd in slurmctld slurmd srun sinfo; do
@@ -28,7 +37,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 77
 fi
 
-dir=$(mktemp -d /tmp/ember-slurm.XXXXXX)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/ember-slurm.XXXXXX")
 host=$(hostname -s)
 base=$((20000 + $$ % 20000))
 pids=()
@@ -118,8 +127,21 @@ fi
 # 22.05 looks at time limits every 30 s and, with SECONDS of 20, signalled each start 10 to 40 s
 # after it began (a requeued job starts afresh). A signal that comes before the program has
 # started training ends it (no handler is installed yet): SECONDS of 20 leaves it 10 s.
+# The job's script: the step, launched again while nothing matches --until (a requeue the
+# program asks for ends this script during the pause before a relaunch).
+step="srun --mpi=pmix $(printf '%q ' "$@")"
+if [ -n "$until" ]; then
+    # sbatch --wrap runs sh: the glob is tested with a for loop (PATTERN holds no spaces).
+    step="for n in 1 2 3 4; do
+    $step; status=\$?
+    for f in $until; do [ -e \"\$f\" ] && exit 0; done
+    echo \"test-slurm: the step ended with status \$status before $until existed (launch \$n of 4)\"
+    sleep 3
+done
+exit 1"
+fi
 job=$(sbatch --parsable --ntasks=2 --time=1 --signal=USR1@"$requeue" --open-mode=append \
-    --output="$dir/job.out" --wrap "srun --mpi=pmix $(printf '%q ' "$@")")
+    --output="$dir/job.out" --wrap "$step")
 lifted=
 for _ in $(seq 1200); do
     info=$(scontrol show job "$job")
@@ -128,7 +150,7 @@ for _ in $(seq 1200); do
     if [ -z "$lifted" ] && [ "${restarts:-0}" -ge 1 ]; then
         scontrol update JobId="$job" TimeLimit=10 && lifted=1
     fi
-    [ -n "${EMBER_SLURM_TRACE:-}" ] && echo "$(date +%T) $(grep -o 'JobState=[^ ]*\|Reason=[^ ]*\|Restarts=[^ ]*' <<<"$info" | tr '\n' ' ')" >&2
+    echo "$(date +%T) $(grep -o 'JobState=[^ ]*\|Reason=[^ ]*\|Restarts=[^ ]*' <<<"$info" | tr '\n' ' ')" >>"$dir/trace"
     case "$state" in
         COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)
             # A requeue may still be on its way: an end is an end when it is still there 3 s later.
@@ -143,4 +165,9 @@ cat "$dir/job.out"
 restarts=$(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
 echo "requeued ${restarts:-0} times"
 echo "job $job ended: ${state:-unknown}"
+if [ "$state" != COMPLETED ] || [ -n "${EMBER_SLURM_TRACE:-}" ]; then
+    # Repeated lines folded: the state each time it changed.
+    uniq -f 1 "$dir/trace" >&2
+    tail -n 20 "$dir/slurmctld.log" >&2
+fi
 [ "$state" = COMPLETED ]

@@ -2,7 +2,8 @@
 
 use std::time::Instant;
 
-use crate::{VENDORED, leftovers, run_in, torch_env};
+use crate::leftovers::Watch;
+use crate::{VENDORED, run_in, torch_env};
 
 /// The workspace packages whose tests do not change with a backend row's features: the cpu row
 /// runs them; a backend row would build and run them again unchanged (they see the backend
@@ -56,10 +57,11 @@ impl Row {
         }
     }
 
-    /// [`more_env`](Self::more_env) and the variable marking the row's processes as `mark`'s.
-    pub(crate) fn marked_env(&self, mark: &str) -> Vec<(String, String)> {
+    /// [`more_env`](Self::more_env) and the variables of `watch`, which sees what the row
+    /// leaves behind.
+    pub(crate) fn watched_env(&self, watch: &Watch) -> Vec<(String, String)> {
         let mut env = self.more_env();
-        env.push((leftovers::MARK.to_owned(), mark.to_owned()));
+        env.extend(watch.env());
         env
     }
 
@@ -163,9 +165,9 @@ pub(crate) fn test_matrix(rows: Vec<Row>) -> bool {
     let mut results = Vec::new();
     for row in rows {
         let start = Instant::now();
-        let mark = leftovers::mark(row.backend);
-        let ok = run_in("cargo", &row.args(), &row.envs, &row.marked_env(&mark));
-        let clean = leftovers::none_left(&mark);
+        let watch = Watch::start(row.backend);
+        let ok = run_in("cargo", &row.args(), &row.envs, &row.watched_env(&watch));
+        let clean = watch.finish();
         results.push((
             row.backend,
             row.what,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 
 use crate::command;
-use crate::leftovers;
+use crate::leftovers::Watch;
 use crate::matrix::Row;
 
 /// The `N` of `--repeat N` in `args`: `None` without the flag, an error for a count that is
@@ -61,13 +61,13 @@ pub(crate) fn repeat(rows: &[Row], runs: usize) -> bool {
 /// Runs one row, passing its output through; whether it passed, and the tests that failed
 /// (`target :: test`).
 fn run_row(row: &Row) -> (bool, Vec<String>) {
-    let mark = leftovers::mark(row.backend);
+    let watch = Watch::start(row.backend);
     let Ok((reader, writer)) = std::io::pipe() else {
         eprintln!("xtask: cannot make a pipe for cargo's output");
         return (false, Vec::new());
     };
     let spawned = {
-        let mut cargo = command("cargo", &row.args(), &row.envs, &row.marked_env(&mark));
+        let mut cargo = command("cargo", &row.args(), &row.envs, &row.watched_env(&watch));
         // Both streams in one pipe, in the order cargo and the tests write them. The command
         // is dropped at the end of this block, closing its ends of the pipe.
         match writer.try_clone() {
@@ -93,8 +93,8 @@ fn run_row(row: &Row) -> (bool, Vec<String>) {
         }
     }
     let ok = child.wait().is_ok_and(|status| status.success());
-    if !leftovers::none_left(&mark) {
-        failed.push("processes left running after the row".to_owned());
+    if !watch.finish() {
+        failed.push("processes or files left behind by the row".to_owned());
     }
     (ok && failed.is_empty(), failed)
 }

@@ -30,6 +30,8 @@ use ember::{FlagError, Plan, Precision};
 pub struct LocalSgd {
     inner: Ddp,
     every: u64,
+    /// The global step of the last average (0 before the first).
+    averaged_at: u64,
 }
 
 impl LocalSgd {
@@ -41,6 +43,7 @@ impl LocalSgd {
         Self {
             inner: Ddp::new(parts),
             every: every.max(1),
+            averaged_at: 0,
         }
     }
 
@@ -98,13 +101,16 @@ impl Strategy for LocalSgd {
         Ok(())
     }
 
+    /// Called after the steps that were taken (on every rank alike: a step is skipped on all
+    /// of them or on none), so an average whose step was skipped happens at the next step taken.
     fn on_optimizer_step(
         &mut self,
         weights: &mut dyn Weights,
         global_step: u64,
     ) -> anyhow::Result<()> {
-        if global_step.is_multiple_of(self.every) {
+        if global_step / self.every > self.averaged_at / self.every {
             self.average(weights)?;
+            self.averaged_at = global_step;
         }
         Ok(())
     }
@@ -144,13 +150,18 @@ impl PrecisionPlugin for StaticLossScale {
         Some(self.scale)
     }
 
+    /// This rank's verdict: whether its gradients are finite.
     fn unscale_gradients(&mut self, grads: &mut dyn Gradients) -> bool {
         grads.scale(1.0 / self.scale);
-        let finite = grads.all_finite();
-        if !finite {
+        grads.all_finite()
+    }
+
+    /// What the ranks decided together (a step is skipped on every rank when any rank's
+    /// gradients were not finite): counted here, so every rank counts the same.
+    fn on_step_decided(&mut self, taken: bool) {
+        if !taken {
             self.skipped += 1;
         }
-        finite
     }
 
     fn step_metrics(&self) -> Vec<(&'static str, f64)> {

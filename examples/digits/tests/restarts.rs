@@ -146,12 +146,20 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
     // 24000 steps, about a minute: longer than SLURM takes to send the signal (10 to 40 s after
     // the first start here with a one-minute limit signalled 20 s before its end; not sooner,
     // so that the ranks are training when it comes). Once requeued, the script gives the job
-    // ten minutes, so the resumed run trains to the end.
+    // ten minutes, so the resumed run trains to the end. The job launches its step again when
+    // one ends before the last checkpoint exists (srun can fail to launch a step under load).
     let long = "--trainer.max_epochs=2000";
+    let last = "lightning_logs/*/checkpoints/epoch=1999-step=24000.ckpt";
     let dir = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-slurm.sh");
     let out = Command::new(script)
-        .args(["--requeue", "20", env!("CARGO_BIN_EXE_digits")])
+        .args([
+            "--requeue",
+            "20",
+            "--until",
+            last,
+            env!("CARGO_BIN_EXE_digits"),
+        ])
         .args(RUN)
         .args(QUIET)
         .args([long, "--trainer.ckpt_path=last"])

@@ -13,6 +13,7 @@ pub mod ddp_sharded;
 pub mod device_reduce;
 pub mod dtype;
 pub mod grads;
+pub(crate) mod lockstep;
 pub mod precision;
 pub(crate) mod reduce;
 pub mod scaler;

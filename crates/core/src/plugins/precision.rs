@@ -48,11 +48,21 @@ pub trait PrecisionPlugin {
         None
     }
 
-    /// Undoes the loss scale on the (already reduced) gradients and says whether the optimizer
-    /// should step; a plugin that skips a step adjusts its own state here.
+    /// Undoes the loss scale on the (already reduced) gradients and says whether this rank's
+    /// gradients allow the optimizer to step. The step is taken on every rank or on none:
+    /// skipped when any rank says no (see [`on_step_decided`](Self::on_step_decided)).
     fn unscale_gradients(&mut self, grads: &mut dyn Gradients) -> bool {
         let _ = grads;
         true
+    }
+
+    /// Called on every rank with what the ranks decided together about this step: `taken` is
+    /// false when any rank's [`before_optimizer_step`](Self::before_optimizer_step) said to skip
+    /// it (under a strategy that does not average gradients the ranks' verdicts can differ). A
+    /// plugin that keeps state about skipped steps (a dynamic loss scale, a count) updates it
+    /// here, so that every rank's state stays the same.
+    fn on_step_decided(&mut self, taken: bool) {
+        let _ = taken;
     }
 
     /// Clips the gradients before the optimizer step (`gradient_clip_val` is set).
@@ -172,12 +182,15 @@ impl PrecisionPlugin for MixedPrecision {
     }
 
     fn unscale_gradients(&mut self, grads: &mut dyn Gradients) -> bool {
-        match &mut self.scaler {
-            Some(scaler) => {
-                let finite = scaler.unscale_gradients(grads);
-                scaler.update(finite)
-            }
+        match &self.scaler {
+            Some(scaler) => scaler.unscale_gradients(grads),
             None => true,
+        }
+    }
+
+    fn on_step_decided(&mut self, taken: bool) {
+        if let Some(scaler) = &mut self.scaler {
+            scaler.update(taken);
         }
     }
 

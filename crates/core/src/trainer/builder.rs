@@ -5,6 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use anyhow::Context;
+use burn::tensor::backend::{AutodiffBackend, BackendTypes};
 
 use super::Trainer;
 use crate::accelerator::Accelerator;
@@ -16,6 +17,7 @@ use crate::context::RunContext;
 use crate::options::{CheckpointWrites, TrainerOptions};
 use crate::plan::Plan;
 use crate::plugins::dtype;
+use crate::plugins::lockstep::{Lockstep, LockstepDevice};
 use crate::plugins::precision::PrecisionPlugin;
 use crate::plugins::strategy::{Strategy, StrategyFactory, StrategyParts};
 use crate::registered::Plugins;
@@ -174,12 +176,19 @@ impl TrainerBuilder {
             checkpoint_io,
             collective,
         };
-        let mut parts = parts(&plan, &options, &plugins, given)?;
+        let (mut parts, lockstep) = parts(&plan, &options, &plugins, given)?;
         if plan.process_group_backend.is_some()
             && plan.process_group_backend.as_deref() == A::device_collective_name()
         {
             let host = Rc::clone(&parts.collective);
-            parts.device_collective = Some(A::device_collective(host, &device)?);
+            let device_collective = A::device_collective(host, &device)?;
+            parts.device_collective = Some(match lockstep {
+                Some(host) => Box::new(LockstepDevice::<DeviceTensor<A>>::new(
+                    device_collective,
+                    host,
+                )),
+                None => device_collective,
+            });
         }
         dtype::apply::<A::Backend>(&device, parts.precision.precision())?;
         let strategy = match strategy {
@@ -195,6 +204,10 @@ impl TrainerBuilder {
     }
 }
 
+/// The float tensor primitive a device collective of accelerator `A` sums (its inner backend's).
+type DeviceTensor<A> =
+    <<<A as Accelerator>::Backend as AutodiffBackend>::InnerBackend as BackendTypes>::FloatTensorPrimitive;
+
 /// What the builder was given as values.
 #[derive(Default)]
 pub(super) struct GivenParts {
@@ -203,13 +216,15 @@ pub(super) struct GivenParts {
     collective: Option<Rc<dyn Collective>>,
 }
 
-/// The parts every strategy gets: what was given, else what the plan names.
+/// The parts every strategy gets: what was given, else what the plan names. With more than
+/// one process the collective is checked to stay in step ([`Lockstep`], also returned for the
+/// device collective's calls).
 pub(super) fn parts(
     plan: &Plan,
     options: &TrainerOptions,
     plugins: &Plugins,
     given: GivenParts,
-) -> anyhow::Result<StrategyParts> {
+) -> anyhow::Result<(StrategyParts, Option<Rc<Lockstep>>)> {
     let GivenParts {
         precision,
         checkpoint_io,
@@ -240,7 +255,13 @@ pub(super) fn parts(
         ),
         None => Rc::new(SingleProcess),
     };
-    Ok(StrategyParts {
+    let lockstep =
+        (collective.world_size() > 1).then(|| Rc::new(Lockstep::new(Rc::clone(&collective))));
+    let collective = match &lockstep {
+        Some(lockstep) => Rc::clone(lockstep) as Rc<dyn Collective>,
+        None => collective,
+    };
+    let parts = StrategyParts {
         plan: plan.clone(),
         collective,
         precision,
@@ -248,5 +269,6 @@ pub(super) fn parts(
         bucket_cap_bytes: (options.ddp_bucket_cap_mb * 1024.0 * 1024.0) as usize,
         sync_batchnorm: options.sync_batchnorm,
         device_collective: None,
-    })
+    };
+    Ok((parts, lockstep))
 }

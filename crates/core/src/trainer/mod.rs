@@ -257,7 +257,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     pub fn on_device(device: B::Device, options: TrainerOptions) -> anyhow::Result<Self> {
         let plan = Plan::local("", ember_plan::precision::Precision::F32True);
         let plugins = Rc::new(Plugins::builtin());
-        let parts = builder::parts(&plan, &options, &plugins, Default::default())?;
+        let (parts, _) = builder::parts(&plan, &options, &plugins, Default::default())?;
         let strategy = Box::new(crate::plugins::strategy::SingleDevice::new(parts));
         Self::with_strategy(device, options, strategy, plugins, None)
     }
@@ -408,6 +408,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         let result = FitLoop::new(self, &mut run, schedule, model, resume_from)
             .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, &val)));
+        crate::plugins::lockstep::at_step(None);
         self.finish(run, result)
     }
 

@@ -88,6 +88,11 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
         drop(reduction);
         let strategy = &mut self.trainer.strategy;
         let finite = strategy.before_optimizer_step(&mut model_grads, clip);
+        // Every rank takes the step or none does: it is skipped when any rank's gradients say so.
+        let mut skip = [f64::from(u8::from(!finite))];
+        strategy.agree(&mut skip)?;
+        let taken = skip[0] == 0.0;
+        strategy.parts_mut().precision.on_step_decided(taken);
         self.metrics
             .extend(strategy.parts().precision.step_metrics());
         if self.scheduler_per_step {
@@ -102,7 +107,7 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
             slot.lr = set.rate;
         }
         let step = self.state.global_step;
-        if finite {
+        if taken {
             let shares = &self.state.lr_factors;
             let groups = match shares.is_empty() {
                 true => Vec::new(),
@@ -121,7 +126,8 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
                 target: "ember",
                 step,
                 optimizer = index,
-                "non-finite gradients: optimizer step skipped, loss scale halved"
+                local = !finite,
+                "non-finite gradients: optimizer step skipped on every rank"
             );
         }
         self.state.global_step = step + 1;

@@ -12,7 +12,7 @@ use burn::tensor::backend::AutodiffBackend;
 use super::fit::FitLoop;
 use super::step::{ManualOptimization, StepContext};
 use crate::callbacks::Callback;
-use crate::plugins::precision;
+use crate::plugins::{lockstep, precision};
 use crate::stage::Stage;
 use crate::trainer::data::Loader;
 use crate::trainer::data::mix64;
@@ -64,6 +64,7 @@ where
             batches.next_batch_scoped::<B, _>(batcher, &self.trainer.device, scope)?
         } {
             let span = self.trainer.profiler.span("training batch");
+            lockstep::at_step(Some(self.run.state.global_step));
             self = self.train_batch(batch_idx, batch)?;
             self.fit_hook(|c, x| c.on_train_batch_end(x))?;
             drop(span);
