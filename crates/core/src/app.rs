@@ -20,6 +20,7 @@ use crate::cli::{Cli, Invocation};
 use crate::context::RunContext;
 use crate::flags::TrainerFlags;
 use crate::job::Job;
+use crate::loggers::shown;
 use crate::options::TrainerOptions;
 use crate::plan::Plan;
 use crate::registry::{Registry, RegistryError};
@@ -321,7 +322,7 @@ fn report(output: &AppOutput, plan: &Plan) -> anyhow::Result<()> {
                 line.push_str(&format!(" ({} devices, one process)", plan.devices.len()));
             }
             for (name, value) in metrics {
-                line.push_str(&format!("; {name} {value:.4}"));
+                line.push_str(&format!("; {name} {}", shown(*value)));
             }
             if let Some(path) = best_model_path {
                 line.push_str(&format!("; checkpoint {}", path.display()));
@@ -330,7 +331,7 @@ fn report(output: &AppOutput, plan: &Plan) -> anyhow::Result<()> {
         }
         AppOutput::Metrics(metrics) => {
             for (name, value) in metrics {
-                println!("{name} {value:.4}");
+                println!("{name} {}", shown(*value));
             }
         }
         AppOutput::Predictions(loaders) => print_lines(prediction_lines(loaders))?,

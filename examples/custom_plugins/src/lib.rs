@@ -7,7 +7,8 @@
 //! - [`RenamedElastic`], a cluster environment: a torchelastic-style reader of a scheduler
 //!   that names its variables `JOB_*`.
 //! - [`EpochLine`], a callback selectable by name: a line per training epoch with the metrics
-//!   its `init_args` name; [`JsonLines`], a logger selectable by name.
+//!   its `init_args` name; [`WeightNorm`], a callback that logs the weights' norm;
+//!   [`JsonLines`], a logger selectable by name.
 //!
 //! `src/main.rs` registers them; see `docs/plugins.md`.
 
@@ -32,6 +33,8 @@ pub struct LocalSgd {
     every: u64,
     /// The global step of the last average (0 before the first).
     averaged_at: u64,
+    /// Averages made in this fit (logged as `local_sgd_averages`).
+    averages: u64,
 }
 
 impl LocalSgd {
@@ -44,6 +47,7 @@ impl LocalSgd {
             inner: Ddp::new(parts),
             every: every.max(1),
             averaged_at: 0,
+            averages: 0,
         }
     }
 
@@ -111,8 +115,14 @@ impl Strategy for LocalSgd {
         if global_step / self.every > self.averaged_at / self.every {
             self.average(weights)?;
             self.averaged_at = global_step;
+            self.averages += 1;
         }
         Ok(())
+    }
+
+    /// Logged with every step, as the model's own step values are.
+    fn step_metrics(&self) -> Vec<(String, f64)> {
+        vec![("local_sgd_averages".to_owned(), self.averages as f64)]
     }
 
     /// A last average, then the same replica check as ddp.
@@ -164,10 +174,10 @@ impl PrecisionPlugin for StaticLossScale {
         }
     }
 
-    fn step_metrics(&self) -> Vec<(&'static str, f64)> {
+    fn step_metrics(&self) -> Vec<(String, f64)> {
         vec![
-            ("static_loss_scale", self.scale),
-            ("static_skipped", self.skipped as f64),
+            ("static_loss_scale".to_owned(), self.scale),
+            ("static_skipped".to_owned(), self.skipped as f64),
         ]
     }
 
@@ -289,6 +299,42 @@ impl Callback for EpochLine {
             }
         }
         eprintln!("{line}");
+        Ok(())
+    }
+}
+
+/// A callback registered by name that logs: at the end of every training epoch, the L2 norm
+/// of all the model's float weights as `weight_norm`, through [`CallbackContext::log`] (so it
+/// reaches every logger with the epoch, and `callback_metrics`).
+pub struct WeightNorm;
+
+impl WeightNorm {
+    /// Name it is registered under.
+    pub const NAME: &'static str = "weight_norm";
+
+    /// The callback (it takes no `init_args`).
+    pub fn from_args(_args: &serde_json::Value) -> anyhow::Result<Self> {
+        Ok(Self)
+    }
+}
+
+impl Callback for WeightNorm {
+    fn name(&self) -> &str {
+        "WeightNorm"
+    }
+
+    fn on_train_epoch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+        let squares = ctx.with_weights(|weights| {
+            let mut sum = 0.0;
+            for (_, data) in weights.to_host() {
+                let values: Vec<f64> = data.convert_dtype(DType::F64).to_vec().unwrap_or_default();
+                sum += values.iter().map(|v| v * v).sum::<f64>();
+            }
+            sum
+        });
+        if let Some(squares) = squares {
+            ctx.log("weight_norm", squares.sqrt());
+        }
         Ok(())
     }
 }

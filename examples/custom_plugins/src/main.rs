@@ -1,11 +1,11 @@
 //! The digits app with plugins of its own, registered by its `App`:
 //! `--trainer.strategy=local_sgd`, `--trainer.precision=bf16-static-scale`, the `renamed`
-//! cluster environment, the `EpochLine` callback and the `jsonl` logger. `main` stays
+//! cluster environment, the `EpochLine` and `WeightNorm` callbacks and the `jsonl` logger. `main` stays
 //! `ember::run`.
 
 use std::process::ExitCode;
 
-use custom_plugins::{EpochLine, JsonLines, LocalSgd, RenamedElastic, StaticLossScale};
+use custom_plugins::{EpochLine, JsonLines, LocalSgd, RenamedElastic, StaticLossScale, WeightNorm};
 use digits::Digits;
 use ember::Precision;
 use ember::burn::tensor::backend::AutodiffBackend;
@@ -61,6 +61,11 @@ impl App for CustomPlugins {
                 EpochLine::NAME,
                 "example: a line per training epoch with the metrics init_args names",
                 EpochLine::from_args,
+            )?
+            .register_callback(
+                WeightNorm::NAME,
+                "example: logs the L2 norm of the weights at the end of every training epoch",
+                WeightNorm::from_args,
             )?
             .register_logger(
                 JsonLines::NAME,

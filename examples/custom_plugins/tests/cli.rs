@@ -73,6 +73,23 @@ fn the_plugins_and_the_callback_are_listed_in_help() {
 }
 
 #[test]
+fn help_names_the_app_in_its_usage_lines_whatever_the_file_is_called() {
+    let dir = tempfile::tempdir().unwrap();
+    let renamed = dir.path().join("trainer-v2");
+    std::fs::copy(env!("CARGO_BIN_EXE_custom_plugins"), &renamed).unwrap();
+    for args in [&["--help"][..], &["fit", "--help"]] {
+        let out = Command::new(&renamed)
+            .args(args)
+            .env("EMBER_INVENTORY", "")
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("Usage: custom_plugins"), "{help}");
+        assert!(!help.contains("trainer-v2"), "{help}");
+    }
+}
+
+#[test]
 fn the_precision_plugin_selected_by_name_trains_and_logs_its_scale() {
     let dir = tempfile::tempdir().unwrap();
     let mut args = FIT.to_vec();
@@ -318,4 +335,68 @@ fn local_sgd_selected_by_name_trains_under_two_ranks() {
     let hparams =
         std::fs::read_to_string(dir.path().join("lightning_logs/version_0/hparams.yaml")).unwrap();
     assert!(hparams.contains("local_sgd"), "{hparams}");
+}
+
+/// The rows of a metrics.csv as maps from column to value (empty cells left out).
+fn csv_rows(path: &Path) -> Vec<std::collections::BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    lines
+        .map(|line| {
+            (header.iter().zip(line.split(',')))
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_string(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn a_strategy_a_precision_plugin_and_a_callback_log_through_the_trainer() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = FIT.to_vec();
+    args.extend([
+        "--trainer.strategy=local_sgd",
+        "--trainer.devices=2",
+        "--trainer.precision=bf16-static-scale",
+        "--trainer.callbacks=[weight_norm]",
+        "--trainer.log_every_n_steps=1",
+    ]);
+    let out = app_in(dir.path(), &args, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = csv_rows(&dir.path().join("lightning_logs/version_0/metrics.csv"));
+    // The callback's value: once per epoch, in a row with the epoch.
+    let norms: Vec<_> = rows
+        .iter()
+        .filter(|r| r.contains_key("weight_norm"))
+        .collect();
+    assert_eq!(norms.len(), 5, "{rows:?}");
+    for (epoch, row) in norms.iter().enumerate() {
+        assert_eq!(row["epoch"], epoch.to_string(), "{row:?}");
+        assert!(row["weight_norm"].parse::<f64>().unwrap() > 0.0, "{row:?}");
+    }
+    // The strategy's and the precision plugin's: every step, with the epoch, as integers.
+    let averages: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.contains_key("local_sgd_averages"))
+        .map(|r| {
+            assert!(
+                r.contains_key("epoch") && r.contains_key("static_skipped"),
+                "{r:?}"
+            );
+            r["local_sgd_averages"].parse().expect("an integer")
+        })
+        .collect();
+    assert!(averages.len() >= 20, "{averages:?}");
+    assert!(averages.windows(2).all(|w| w[0] <= w[1]) && averages[averages.len() - 1] > 0);
+    // People see counters as whole numbers.
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains("static_skipped 0") && !summary.contains("static_skipped 0.0000"),
+        "{summary}"
+    );
 }

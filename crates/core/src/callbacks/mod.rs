@@ -249,6 +249,8 @@ pub struct CallbackContext<'a> {
     pub(crate) own_state: Option<(String, Value)>,
     pub(crate) io: &'a dyn CheckpointIO,
     pub(crate) device_stats: &'a dyn Fn() -> DeviceStats,
+    /// What the callback logged in this hook, and whether each goes to the progress bar.
+    pub(crate) logged: Vec<(String, f64, bool)>,
 }
 
 impl CallbackContext<'_> {
@@ -297,6 +299,21 @@ impl CallbackContext<'_> {
     /// The device's current figures (the accelerator's `device_stats`).
     pub fn device_stats(&self) -> DeviceStats {
         (self.device_stats)()
+    }
+
+    /// Logs `value` as `name` (Lightning's `self.log` in a callback): once the hook has run
+    /// on every callback, what they logged reaches `callback_metrics` and every logger, at the
+    /// current step with the epoch, as the loop's own epoch values do. On a rank other than 0
+    /// it reaches that rank's `callback_metrics` only (loggers run on rank 0). A hook called at
+    /// every batch that should follow `log_every_n_steps` checks
+    /// [`TrainerState::logs_step_metrics`] first.
+    pub fn log(&mut self, name: impl Into<String>, value: f64) {
+        self.logged.push((name.into(), value, false));
+    }
+
+    /// [`log`](Self::log), and shown in the progress bar.
+    pub fn log_prog_bar(&mut self, name: impl Into<String>, value: f64) {
+        self.logged.push((name.into(), value, true));
     }
 }
 

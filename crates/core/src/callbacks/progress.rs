@@ -9,6 +9,7 @@ use indicatif::{ProgressBar as Bar, ProgressDrawTarget, ProgressStyle};
 use serde::Deserialize;
 
 use super::{Callback, CallbackContext};
+use crate::loggers::shown;
 
 /// ProgressBar's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -50,8 +51,9 @@ fn metrics_text(metrics: &BTreeMap<String, f64>) -> String {
     for (name, value) in metrics {
         let _ = write!(
             text,
-            "{}{name}={value:.4}",
-            if text.is_empty() { "" } else { " " }
+            "{}{name}={}",
+            if text.is_empty() { "" } else { " " },
+            shown(*value)
         );
     }
     text

@@ -396,7 +396,8 @@ where
         let top = format!(
             "Every subcommand takes --config, --trainer.*, --model.* and --data.* flags: `{name} fit --help` lists them.\n\n{names}"
         );
-        let command = Command::new(name.to_owned());
+        // The usage lines too (clap would take the file name the program was started as).
+        let command = Command::new(name.to_owned()).bin_name(name.to_owned());
         let command = match self.about.as_str() {
             "" => command,
             about => command.about(about.to_owned()),

@@ -25,6 +25,16 @@ pub use tracing_logger::TracingLogger;
 /// Builds a logger registered by name, writing under the run's version directory.
 pub type LoggerFactory = Arc<dyn Fn(&Path) -> anyhow::Result<Box<dyn Logger>>>;
 
+/// A metric's value as ember prints it for people (the end-of-run summary, the progress bar):
+/// a whole number as one (a counter reads `27`), anything else with 4 decimals.
+pub(crate) fn shown(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.4}")
+    }
+}
+
 /// Name of the directory under `default_root_dir` that holds the versions.
 pub const LOGS_DIR_NAME: &str = "lightning_logs";
 

@@ -103,8 +103,10 @@ pub trait PrecisionPlugin {
         None
     }
 
-    /// Values to log with the step that just unscaled (e.g. `loss_scale`).
-    fn step_metrics(&self) -> Vec<(&'static str, f64)> {
+    /// Values to log with each optimizer step (e.g. `loss_scale`), read once the ranks
+    /// decided about the step; they take the path of the model's own step values (every
+    /// logger, with the epoch, at `log_every_n_steps`).
+    fn step_metrics(&self) -> Vec<(String, f64)> {
         Vec::new()
     }
 
@@ -202,11 +204,11 @@ impl PrecisionPlugin for MixedPrecision {
         self.scaler.as_mut()
     }
 
-    fn step_metrics(&self) -> Vec<(&'static str, f64)> {
+    fn step_metrics(&self) -> Vec<(String, f64)> {
         self.scaler.as_ref().map_or_else(Vec::new, |s| {
             vec![
-                ("loss_scale", s.scale),
-                ("skipped_steps", s.skipped_steps as f64),
+                ("loss_scale".to_owned(), s.scale),
+                ("skipped_steps".to_owned(), s.skipped_steps as f64),
             ]
         })
     }

@@ -145,6 +145,13 @@ pub trait Strategy {
         Ok(())
     }
 
+    /// Values to log with each optimizer step, read after [`on_optimizer_step`](Self::on_optimizer_step)
+    /// (or after a skipped step); they take the path of the model's own step values (every
+    /// logger, with the epoch, at `log_every_n_steps`; rank 0's value).
+    fn step_metrics(&self) -> Vec<(String, f64)> {
+        Vec::new()
+    }
+
     /// How the ranks share the optimizer's state, for a strategy whose ranks each keep part
     /// of it (`ddp_sharded`); `None` (the default): every rank keeps all of it.
     fn optimizer_sharding(&mut self) -> Option<&mut dyn OptimizerSharding> {

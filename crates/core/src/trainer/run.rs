@@ -231,6 +231,7 @@ impl Run {
             own_state: None,
             io: self.checkpoint_io.as_ref(),
             device_stats: self.device_stats.as_ref(),
+            logged: Vec::new(),
         }
     }
 
@@ -250,18 +251,35 @@ impl Run {
     ) -> anyhow::Result<()> {
         let _span = self.profiler.span("callbacks");
         let mut callbacks = std::mem::take(&mut self.callbacks);
-        let result = (|| {
+        let mut logged = Vec::new();
+        let result = (|| -> anyhow::Result<()> {
             for i in 0..callbacks.len() {
                 // The others stay readable: a checkpoint saved from this hook records their states.
                 let (before, rest) = callbacks.split_at_mut(i);
                 let (c, after) = rest.split_first_mut().expect("i is below the length");
                 let mut ctx = self.context(access, [&*before, &*after]);
-                f(c.as_mut(), &mut ctx).with_context(|| format!("in callback {}", c.name()))?;
+                let called = f(c.as_mut(), &mut ctx);
+                logged.append(&mut ctx.logged);
+                called.with_context(|| format!("in callback {}", c.name()))?;
             }
             Ok(())
         })();
         self.callbacks = callbacks;
-        result
+        result?;
+        self.publish_logged(logged)
+    }
+
+    /// Publishes what callbacks logged in a hook ([`CallbackContext::log`]).
+    fn publish_logged(&mut self, logged: Vec<(String, f64, bool)>) -> anyhow::Result<()> {
+        let (mut metrics, mut prog_bar) = (BTreeMap::new(), BTreeMap::new());
+        for (name, value, shown) in logged {
+            if shown {
+                prog_bar.insert(name.clone(), value);
+            }
+            metrics.insert(name, value);
+        }
+        self.state.progress_bar_metrics.extend(&prog_bar);
+        self.publish(&metrics, false)
     }
 
     /// A hook during `fit`, where callbacks reach the model's weights and, where `saves`, may

@@ -38,7 +38,7 @@ pub(in crate::trainer) struct StepContext<'a, B: AutodiffBackend> {
     /// The schedulers step with their optimizer (not once per epoch).
     pub(in crate::trainer) scheduler_per_step: bool,
     /// What the precision plugin reported at each step (the loss scale ...), to be logged.
-    pub(in crate::trainer) metrics: Vec<(&'static str, f64)>,
+    pub(in crate::trainer) metrics: Vec<(String, f64)>,
 }
 
 impl<'a, B: AutodiffBackend> StepContext<'a, B> {
@@ -61,7 +61,7 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
     /// Logs what the precision plugin reported at the steps taken.
     pub(in crate::trainer) fn log_metrics(self, log: &mut StepLog<B>) {
         for (name, value) in self.metrics {
-            log.log(name, value);
+            log.log(&name, value);
         }
     }
 
@@ -130,6 +130,7 @@ impl<'a, B: AutodiffBackend> StepContext<'a, B> {
                 "non-finite gradients: optimizer step skipped on every rank"
             );
         }
+        self.metrics.extend(self.trainer.strategy.step_metrics());
         self.state.global_step = step + 1;
         if index == 0 {
             self.state.learning_rate = slot.lr;
