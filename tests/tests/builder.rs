@@ -134,7 +134,7 @@ fn a_job_run_outside_the_cli_builds_the_registered_plugins_the_plan_names() {
                 "32-true under another name",
                 ember::Precision::F32True,
             ),
-            || Renamed,
+            |_| Ok(Renamed),
         )
         .unwrap();
     let env = ember_acceptance::injected("", &ember::plugins::Env::new());

@@ -146,7 +146,7 @@ fn registered_plugins_refuse_plans_at_plan_time() {
             |parts| Ok(Box::new(ember::plugins::Ddp::new(parts))),
         )
         .unwrap()
-        .register_precision(one_process_bf16(), || OneProcessBf16)
+        .register_precision(one_process_bf16(), |_| Ok(OneProcessBf16))
         .unwrap()
         .register_cluster_environment(NoSharding)
         .unwrap();
@@ -256,7 +256,7 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
         ember::Registry::<WhoRuns>::new()
             .register_precision(
                 ember::plugins::PrecisionInfo::new("16-mixed", "again", ember::Precision::F16Mixed),
-                || ember::plugins::MixedPrecision::f16(Default::default())
+                |_| Ok(ember::plugins::MixedPrecision::f16(Default::default()))
             )
             .is_err()
     );

@@ -116,7 +116,10 @@ impl<J: Job> Registry<J> {
     }
 
     /// Registers a strategy built by `factory` over the parts the Trainer connects; a taken
-    /// name is an error. It becomes selectable as `--trainer.strategy=NAME`.
+    /// name is an error. It becomes selectable as `--trainer.strategy=NAME`, or with arguments
+    /// as `--trainer.strategy='{class_path: NAME, init_args: {...}}'` when `info` declares
+    /// them ([`StrategyInfo::with_args`]); the factory reads them from the plan in its parts
+    /// (`parts.plan.init_args::<T>(NAME)`).
     pub fn register_strategy(
         self,
         info: StrategyInfo,
@@ -134,13 +137,15 @@ impl<J: Job> Registry<J> {
         self.with_plugins(|p| p.register_override_strategy(info, factory))
     }
 
-    /// Registers a precision plugin built by `factory`; it becomes selectable as
-    /// `--trainer.precision=NAME` or `--trainer.plugins=[NAME]` (`info.name`), and is planned
-    /// as the named precision it builds on (`info.base`), refusing what `info` refuses.
+    /// Registers a precision plugin built by `factory` from the plan (its `init_args` among
+    /// it: `plan.init_args::<T>(NAME)`); it becomes selectable as `--trainer.precision=NAME` or
+    /// `--trainer.plugins=[NAME]` (`info.name`), and is planned as the named precision it builds
+    /// on (`info.base`), refusing what `info` refuses (arguments included:
+    /// [`PrecisionInfo::with_args`]).
     pub fn register_precision<P: PrecisionPlugin + 'static>(
         self,
         info: PrecisionInfo,
-        factory: impl Fn() -> P + 'static,
+        factory: impl Fn(&Plan) -> anyhow::Result<P> + 'static,
     ) -> Result<Self, RegistryError> {
         self.with_plugins(|p| p.register_precision(info, factory))
     }

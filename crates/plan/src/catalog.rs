@@ -8,6 +8,7 @@ use crate::check::PlanCheck;
 use crate::cluster::{ClusterEnvironment, builtin_environments};
 use crate::devices::DevicesFlag;
 use crate::error::list;
+use crate::init_args::ArgsCheck;
 use crate::precision::Precision;
 use crate::process_group;
 use crate::strategy::StrategyInfo;
@@ -70,6 +71,8 @@ pub struct PluginInfo {
     pub kind: PluginKind,
     /// Its plan-time check; `None` accepts every plan.
     pub check: Option<PlanCheck>,
+    /// The `init_args` it takes; `None`: none.
+    pub args: Option<ArgsCheck>,
 }
 
 /// A precision plugin as the connector knows it before any is built: its name, a description,
@@ -85,6 +88,8 @@ pub struct PrecisionInfo {
     pub base: Precision,
     /// Its plan-time check ([`with_check`](Self::with_check)); `None` accepts every plan.
     pub check: Option<PlanCheck>,
+    /// The `init_args` it takes ([`with_args`](Self::with_args)); `None`: none.
+    pub args: Option<ArgsCheck>,
 }
 
 impl PrecisionInfo {
@@ -95,7 +100,17 @@ impl PrecisionInfo {
             description: description.to_owned(),
             base,
             check: None,
+            args: None,
         }
+    }
+
+    /// Takes `init_args` that deserialize as `T` (`--trainer.precision='{class_path: NAME,
+    /// init_args: {...}}'`, or an entry of `--trainer.plugins`): arguments `T` refuses exit 2
+    /// naming the flag and the argument while planning; its factory reads them with
+    /// `Plan::init_args`. Without this, `init_args` for it are refused.
+    pub fn with_args<T: serde::de::DeserializeOwned>(mut self) -> Self {
+        self.args = Some(ArgsCheck::of::<T>());
+        self
     }
 
     /// Refuses plans `check` returns `Err(why)` for: choosing it then exits 2 with `why`
@@ -125,6 +140,7 @@ impl From<PrecisionInfo> for PluginInfo {
             description: info.description,
             kind: PluginKind::Precision(info.base),
             check: info.check,
+            args: info.args,
         }
     }
 }

@@ -4,6 +4,7 @@ use serde_json::{Map, Value, json};
 
 use crate::devices::DevicesFlag;
 use crate::error::{FlagError, PlanResult, list, render};
+use crate::init_args::{CHOOSING, InitArgs};
 use crate::options::{
     Flag, FlagOrNull, Kind, OptionInfo, TrainerOptions, help_lines, is_option_key, options_table,
 };
@@ -14,6 +15,9 @@ options_table! {
     struct TrainerFlags {
         /// The loop options (epochs, limits, callbacks, loggers ...).
         options: TrainerOptions = TrainerOptions::default(),
+        /// The `init_args` given with the plugins named in `strategy`, `precision`,
+        /// `cluster_environment` and `plugins` (`{class_path, init_args}` tables).
+        init_args: InitArgs = InitArgs::default(),
     }
     infos PLAN_KEYS;
     setters with;
@@ -70,6 +74,12 @@ impl TrainerFlags {
         self
     }
 
+    /// The `trainer` section as a config file holds it (what `--print-config` prints): every
+    /// key, and a plugin given `init_args` as its `{class_path, init_args}` table.
+    pub fn to_config(&self) -> Map<String, Value> {
+        self.init_args.with_tables(self.to_value())
+    }
+
     /// Reads the `trainer` section of a merged config; unknown keys are errors.
     pub fn from_value(section: &Value) -> PlanResult<Self> {
         let empty = Map::new();
@@ -86,7 +96,10 @@ impl TrainerFlags {
         };
         let mut flags = Self::default();
         for (key, value) in map {
-            if PLAN_KEYS.iter().any(|k| k.key == key) {
+            if CHOOSING.contains(&key.as_str()) {
+                let names = flags.init_args.take_all(key, value)?;
+                flags.set(key, &names)?;
+            } else if PLAN_KEYS.iter().any(|k| k.key == key) {
                 flags.set(key, value)?;
             } else if is_option_key(key) {
                 flags.options.set(key, value)?;
@@ -164,8 +177,8 @@ impl Kind for NodeCount {
     }
 }
 
-/// `plugins`: `[a, b]`, one name, or Lightning's `{class_path, init_args}` tables (plugins made
-/// by name take no arguments).
+/// `plugins`: `[a, b]`, one name, or Lightning's `{class_path, init_args}` tables (whose
+/// arguments [`InitArgs`] keeps).
 struct PluginNames;
 
 impl Kind for PluginNames {
@@ -199,24 +212,12 @@ fn plugin_names(value: &Value) -> Result<Vec<String>, String> {
     let entry = |item: &Value| -> Result<String, String> {
         let name = match item {
             Value::String(s) => s.trim(),
-            Value::Object(table) => {
-                let no_args = match table.get("init_args") {
-                    None | Some(Value::Null) => true,
-                    Some(Value::Object(args)) => args.is_empty(),
-                    Some(_) => false,
-                };
-                if !no_args {
-                    return Err(format!(
-                        "plugins chosen by name take no init_args ({}); build one with arguments in Rust and pass it to the Trainer's builder",
-                        render(item)
-                    ));
-                }
-                table
-                    .get("class_path")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .trim()
-            }
+            // A table's arguments were taken before (`InitArgs::take_all`).
+            Value::Object(table) => table
+                .get("class_path")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .trim(),
             _ => "",
         };
         if name.is_empty() {

@@ -17,6 +17,7 @@ pub mod connector;
 pub mod devices;
 pub mod error;
 pub mod flags;
+pub mod init_args;
 pub mod inventory;
 pub mod names;
 pub mod options;

@@ -1,6 +1,10 @@
 //! The resolved plan of a run: what the connector decided.
 
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::precision::Precision;
 
@@ -53,6 +57,11 @@ pub struct Plan {
     pub main_address: String,
     /// Rendezvous port of rank 0.
     pub main_port: u16,
+    /// The `init_args` of the plugins the plan runs that were given some, by the plugin's
+    /// name (`{class_path, init_args}` tables in the flags); read with
+    /// [`init_args`](Self::init_args).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub init_args: BTreeMap<String, Value>,
     /// Warnings raised while planning (printed to stderr, not part of the JSON).
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -94,8 +103,17 @@ impl Plan {
             node_rank: 0,
             main_address: "127.0.0.1".to_owned(),
             main_port: 29500,
+            init_args: BTreeMap::new(),
             warnings: Vec::new(),
         }
+    }
+
+    /// The arguments given for plugin `name` (a strategy, precision plugin, checkpoint IO or
+    /// process group backend this plan runs), as `T`: what its factory reads. None given read as
+    /// an empty table, so a `T` whose fields all have defaults comes back as its default. The
+    /// connector has checked them against the type the plugin declared.
+    pub fn init_args<T: DeserializeOwned>(&self, name: &str) -> anyhow::Result<T> {
+        crate::init_args::read(&self.init_args, name)
     }
 
     /// The launcher this plan needs.

@@ -1,8 +1,10 @@
 //! Strategy names and what the connector needs to know about them.
 
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::check::PlanCheck;
+use crate::init_args::ArgsCheck;
 use crate::plan::Plan;
 
 /// A registered strategy: its name, a description, whether it runs many processes, and what
@@ -21,6 +23,9 @@ pub struct StrategyInfo {
     /// Its plan-time check ([`with_check`](Self::with_check)); `None` accepts every plan.
     #[serde(skip)]
     pub check: Option<PlanCheck>,
+    /// The `init_args` it takes ([`with_args`](Self::with_args)); `None`: none.
+    #[serde(skip)]
+    pub args: Option<ArgsCheck>,
 }
 
 impl StrategyInfo {
@@ -32,6 +37,7 @@ impl StrategyInfo {
             distributed,
             one_process_per_node: false,
             check: None,
+            args: None,
         }
     }
 
@@ -55,6 +61,15 @@ impl StrategyInfo {
     /// ```
     pub fn with_check(mut self, check: impl Fn(&Plan) -> Result<(), String> + 'static) -> Self {
         self.check = Some(PlanCheck::new(check));
+        self
+    }
+
+    /// Takes `init_args` that deserialize as `T`
+    /// (`--trainer.strategy='{class_path: NAME, init_args: {...}}'`): arguments `T` refuses exit
+    /// 2 naming the flag and the argument while planning; its factory reads them with
+    /// [`Plan::init_args`]. Without this, `init_args` for it are refused.
+    pub fn with_args<T: DeserializeOwned>(mut self) -> Self {
+        self.args = Some(ArgsCheck::of::<T>());
         self
     }
 }

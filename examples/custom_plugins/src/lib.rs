@@ -37,9 +37,32 @@ pub struct LocalSgd {
     averages: u64,
 }
 
+/// [`LocalSgd`]'s `init_args`: `--trainer.strategy='{class_path: local_sgd, init_args:
+/// {every: 8}}'`.
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalSgdArgs {
+    /// Optimizer steps between two weight averages (at least 1).
+    pub every: u64,
+}
+
+impl Default for LocalSgdArgs {
+    fn default() -> Self {
+        Self { every: 4 }
+    }
+}
+
 impl LocalSgd {
     /// Name it is registered under.
     pub const NAME: &'static str = "local_sgd";
+
+    /// Local SGD over `parts`, averaging as the `init_args` in its plan say (every 4 steps
+    /// without any): what its registered factory builds.
+    pub fn from_parts(parts: StrategyParts) -> anyhow::Result<Self> {
+        let args: LocalSgdArgs = parts.plan.init_args(Self::NAME)?;
+        anyhow::ensure!(args.every >= 1, "local_sgd: every must be at least 1");
+        Ok(Self::new(parts, args.every))
+    }
 
     /// Local SGD over `parts`, averaging weights every `every` optimizer steps.
     pub fn new(parts: StrategyParts, every: u64) -> Self {
@@ -142,9 +165,34 @@ pub struct StaticLossScale {
     pub skipped: u64,
 }
 
+/// [`StaticLossScale`]'s `init_args`: `--trainer.precision='{class_path: bf16-static-scale,
+/// init_args: {scale: 256}}'`.
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StaticLossScaleArgs {
+    /// The loss scale.
+    pub scale: f64,
+}
+
+impl Default for StaticLossScaleArgs {
+    fn default() -> Self {
+        Self { scale: 1024.0 }
+    }
+}
+
 impl StaticLossScale {
     /// Name it is registered under.
     pub const NAME: &'static str = "bf16-static-scale";
+
+    /// The plugin as the `init_args` in `plan` say (a scale of 1024 without any): what its
+    /// registered factory builds.
+    pub fn from_plan(plan: &Plan) -> anyhow::Result<Self> {
+        let args: StaticLossScaleArgs = plan.init_args(Self::NAME)?;
+        Ok(Self {
+            scale: args.scale,
+            skipped: 0,
+        })
+    }
 }
 
 impl PrecisionPlugin for StaticLossScale {

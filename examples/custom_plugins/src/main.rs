@@ -5,15 +5,15 @@
 
 use std::process::ExitCode;
 
-use custom_plugins::{EpochLine, JsonLines, LocalSgd, RenamedElastic, StaticLossScale, WeightNorm};
+use custom_plugins::{
+    EpochLine, JsonLines, LocalSgd, LocalSgdArgs, RenamedElastic, StaticLossScale,
+    StaticLossScaleArgs, WeightNorm,
+};
 use digits::Digits;
 use ember::Precision;
 use ember::burn::tensor::backend::AutodiffBackend;
 use ember::plugins::{PrecisionInfo, StrategyInfo};
 use ember::{App, AppJob, Registry, RegistryError, TrainerFlags};
-
-/// Optimizer steps between two weight averages of local SGD.
-const LOCAL_SGD_EVERY: u64 = 4;
 
 /// Digits under its own name, with the example's plugins.
 struct CustomPlugins;
@@ -39,22 +39,21 @@ impl App for CustomPlugins {
             .register_strategy(
                 StrategyInfo::new(
                     LocalSgd::NAME,
-                    "example: data parallel that averages weights every 4 steps instead of gradients",
+                    "example: data parallel that averages weights every `every` steps (init_args; 4) instead of gradients",
                     true,
                 )
-                .with_check(LocalSgd::check_plan),
-                |parts| Ok(Box::new(LocalSgd::new(parts, LOCAL_SGD_EVERY))),
+                .with_check(LocalSgd::check_plan)
+                .with_args::<LocalSgdArgs>(),
+                |parts| Ok(Box::new(LocalSgd::from_parts(parts)?)),
             )?
             .register_precision(
                 PrecisionInfo::new(
                     StaticLossScale::NAME,
-                    "example: bf16-mixed with a fixed loss scale of 1024",
+                    "example: bf16-mixed with a fixed loss scale (init_args: scale; 1024)",
                     Precision::Bf16Mixed,
-                ),
-                || StaticLossScale {
-                    scale: 1024.0,
-                    skipped: 0,
-                },
+                )
+                .with_args::<StaticLossScaleArgs>(),
+                StaticLossScale::from_plan,
             )?
             .register_cluster_environment(RenamedElastic)?
             .register_callback(

@@ -400,3 +400,90 @@ fn a_strategy_a_precision_plugin_and_a_callback_log_through_the_trainer() {
         "{summary}"
     );
 }
+
+#[test]
+fn named_plugins_take_init_args_checked_while_planning() {
+    let dir = tempfile::tempdir().unwrap();
+    let every_8 = "--trainer.strategy={class_path: local_sgd, init_args: {every: 8}}";
+    let scale = "--trainer.precision={class_path: bf16-static-scale, init_args: {scale: 256}}";
+    let plan = app_in(
+        dir.path(),
+        &["fit", every_8, scale, "--trainer.devices=2", "--print-plan"],
+        &[],
+    );
+    assert!(plan.status.success(), "{}", text(&plan));
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(
+        plan["init_args"]["local_sgd"],
+        serde_json::json!({"every": 8})
+    );
+    assert_eq!(
+        plan["init_args"]["bf16-static-scale"],
+        serde_json::json!({"scale": 256})
+    );
+    // The config the run would write reads back to the same tables.
+    let config = app_in(dir.path(), &["fit", every_8, "--print-config"], &[]);
+    let config = String::from_utf8_lossy(&config.stdout);
+    assert!(
+        config.contains("class_path: local_sgd") && config.contains("every: 8"),
+        "{config}"
+    );
+    // A misspelt argument, arguments for a plugin that takes none, for a plugin the run does
+    // not use: exit 2 naming the flag and what is wrong, before anything runs.
+    let err = refused(&[
+        "fit",
+        "--trainer.strategy={class_path: local_sgd, init_args: {evry: 8}}",
+        "--trainer.devices=2",
+    ]);
+    assert!(
+        err.contains("--trainer.strategy") && err.contains("evry") && err.contains("every"),
+        "{err}"
+    );
+    let err = refused(&[
+        "fit",
+        "--trainer.strategy={class_path: ddp, init_args: {every: 8}}",
+        "--trainer.devices=2",
+    ]);
+    assert!(err.contains("ddp takes no init_args"), "{err}");
+    let err = refused(&[
+        "fit",
+        "--trainer.cluster_environment={class_path: local, init_args: {x: 1}}",
+    ]);
+    assert!(
+        err.contains("--trainer.cluster_environment") && err.contains("local takes no init_args"),
+        "{err}"
+    );
+    let err = refused(&[
+        "fit",
+        "--trainer.plugins=[{class_path: mpi, init_args: {x: 1}}]",
+    ]);
+    assert!(
+        err.contains("--trainer.plugins") && err.contains("mpi"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_strategys_init_args_reach_its_factory() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = FIT.to_vec();
+    args.extend([
+        "--trainer.strategy={class_path: local_sgd, init_args: {every: 7}}",
+        "--trainer.devices=2",
+        "--trainer.log_every_n_steps=1",
+    ]);
+    let out = app_in(dir.path(), &args, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = csv_rows(&dir.path().join("lightning_logs/version_0/metrics.csv"));
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r.contains_key("local_sgd_averages"))
+        .unwrap();
+    let steps: u64 = last["step"].parse::<u64>().unwrap() + 1;
+    let averages: u64 = last["local_sgd_averages"].parse().unwrap();
+    assert_eq!(averages, steps / 7, "{last:?}");
+}

@@ -13,7 +13,7 @@ pub(crate) fn config_tree<M: Serialize, D: Serialize>(
     data: &D,
 ) -> Value {
     json!({
-        "trainer": trainer.to_value(),
+        "trainer": trainer.to_config(),
         "model": json_of(model),
         "data": json_of(data),
     })

@@ -83,8 +83,8 @@ fn precisions(plugins: Plugins) -> Result<Plugins, RegistryError> {
     ];
     let mut plugins = plugins;
     for (precision, description) in true_precisions {
-        plugins = plugins.register_precision(info(precision, description), move || {
-            TruePrecision(precision)
+        plugins = plugins.register_precision(info(precision, description), move |_| {
+            Ok(TruePrecision(precision))
         })?;
     }
     plugins
@@ -93,11 +93,11 @@ fn precisions(plugins: Plugins) -> Result<Plugins, RegistryError> {
                 Precision::F16Mixed,
                 "f32 master weights, f16 compute, dynamic loss scaling",
             ),
-            || MixedPrecision::f16(GradScaler::default()),
+            |_| Ok(MixedPrecision::f16(GradScaler::default())),
         )?
         .register_precision(
             info(Precision::Bf16Mixed, "f32 master weights, bf16 compute"),
-            MixedPrecision::bf16,
+            |_| Ok(MixedPrecision::bf16()),
         )
 }
 

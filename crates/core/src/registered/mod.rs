@@ -25,7 +25,7 @@ pub mod build;
 mod builtins;
 
 /// Builds a precision plugin registered by name.
-pub type PrecisionFactory = Arc<dyn Fn() -> Box<dyn PrecisionPlugin>>;
+pub type PrecisionFactory = Arc<dyn Fn(&Plan) -> anyhow::Result<Box<dyn PrecisionPlugin>>>;
 
 /// Builds a checkpoint IO registered by name.
 pub type CheckpointIoFactory = Arc<dyn Fn() -> Arc<dyn CheckpointIO>>;
@@ -186,17 +186,18 @@ impl Plugins {
         Ok(self)
     }
 
-    /// Registers a precision plugin built by `factory`, planned as `info` says: the named
-    /// precision it builds on and the plans it refuses. Nothing is built until a run uses it
-    /// (then once, by the Trainer's builder, which checks it builds on `info.base`).
+    /// Registers a precision plugin built by `factory` from the plan (its `init_args` among
+    /// it: [`Plan::init_args`]), planned as `info` says: the named precision it builds on, the
+    /// plans it refuses and the arguments it takes. Nothing is built until a run uses it (then
+    /// once, by the Trainer's builder, which checks it builds on `info.base`).
     pub fn register_precision<P: PrecisionPlugin + 'static>(
         mut self,
         info: PrecisionInfo,
-        factory: impl Fn() -> P + 'static,
+        factory: impl Fn(&Plan) -> anyhow::Result<P> + 'static,
     ) -> Result<Self, RegistryError> {
         let name = info.name.clone();
         self.add_plugin(info.into())?;
-        let factory: PrecisionFactory = Arc::new(move || Box::new(factory()));
+        let factory: PrecisionFactory = Arc::new(move |plan| Ok(Box::new(factory(plan)?)));
         set(&mut self.precisions, &name, factory);
         Ok(self)
     }
@@ -213,6 +214,7 @@ impl Plugins {
             description: description.to_owned(),
             kind: PluginKind::CheckpointIo,
             check: None,
+            args: None,
         })?;
         let factory: CheckpointIoFactory = Arc::new(move || Arc::new(factory()));
         set(&mut self.checkpoint_ios, name, factory);
@@ -345,7 +347,7 @@ impl Plugins {
             .as_deref()
             .unwrap_or(plan.precision.name());
         let factory = find(&self.precisions, name).with_context(|| not_registered(name))?;
-        let plugin = factory();
+        let plugin = factory(plan)?;
         anyhow::ensure!(
             plugin.precision() == plan.precision,
             "precision plugin {name} runs {}, but the plan says {}",
