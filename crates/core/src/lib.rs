@@ -9,6 +9,7 @@
 //! See `docs/architecture.md` for why it is shaped this way.
 
 pub mod accelerator;
+mod agreed;
 pub mod app;
 pub mod batch_size_find;
 pub use ember_plan::{

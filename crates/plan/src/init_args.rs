@@ -37,7 +37,7 @@ impl InitArgs {
     }
 
     /// Nothing of its own in the config's `trainer` section: the arguments are written inside
-    /// the keys that name their plugins ([`with_tables`]).
+    /// the keys that name their plugins ([`with_tables`](Self::with_tables)).
     pub fn to_value(&self) -> Map<String, Value> {
         Map::new()
     }

@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use burn::tensor::TensorMetadata;
 
+use crate::agreed::AgreedError;
 use crate::collective::{Collective, KeyValueStore, ReduceOp};
 use crate::plugins::device_reduce::DeviceCollective;
-use crate::trainer::AgreedError;
 
 thread_local! {
     /// The global step of the fit running on this thread (collectives run on the thread of the

@@ -39,6 +39,7 @@ use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
 use crate::accelerator::{Accelerator, DeviceStats};
+pub use crate::agreed::AgreedError;
 use crate::callbacks::{Callback, ModelCheckpoint, ProgressBar};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
@@ -54,7 +55,6 @@ use crate::plugins::shard::Shard;
 use crate::plugins::strategy::Strategy;
 use crate::registered::Plugins;
 use crate::stage::Stage;
-pub use agree::AgreedError;
 pub use builder::{Plugin, TrainerBuilder};
 use data::{BatchScope, DataModule, FromDataModule, Loader};
 use loops::fit::FitLoop;

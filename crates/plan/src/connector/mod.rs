@@ -4,20 +4,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::accelerator::AcceleratorKind;
 use crate::catalog::{
     AcceleratorSpec, BUILTIN_ACCELERATOR_FEATURES, Catalog, PluginInfo, PluginKind,
 };
 use crate::cluster::{self, ClusterEnvironment, Env};
-use crate::error::{FlagError, PlanResult, list, render};
+use crate::error::{FlagError, PlanResult, list};
 use crate::flags::TrainerFlags;
 use crate::inventory::Inventory;
 use crate::plan::Plan;
 use crate::precision::Precision;
 use crate::process_group;
 use crate::world;
+
+mod plugin_args;
 
 /// Resolves flags into a plan for this process.
 pub fn connect(
@@ -103,74 +103,10 @@ pub fn connect(
         warnings,
     };
     let mut plan = plan;
-    plan.init_args = plugin_args(&plan, flags, catalog)?;
+    plan.init_args = plugin_args::for_plan(&plan, flags, catalog)?;
     check_choices(&plan, flags, catalog, &chosen_by)?;
     check_batch_size_find(flags, &plan)?;
     Ok(plan)
-}
-
-/// The `init_args` given with the plugins `plan` runs, by plugin name, each checked against the
-/// arguments its plugin declared; arguments for a plugin that takes none, for a kind that takes
-/// none (cluster environments, checkpoint IO, process group backends) or for a plugin the plan
-/// does not run are errors of the flag that gave them.
-fn plugin_args(
-    plan: &Plan,
-    flags: &TrainerFlags,
-    catalog: &Catalog,
-) -> PlanResult<BTreeMap<String, Value>> {
-    let mut taken = BTreeMap::new();
-    for (name, args) in flags.init_args.iter() {
-        let flag = giving_flag(flags, name);
-        let refused = |why: String| FlagError::new(flag, name, why);
-        let declared = if name == plan.strategy {
-            catalog.strategy(name).map(|s| s.args)
-        } else if plan.precision_plugin.as_deref() == Some(name)
-            || plan.precision.name() == name
-            || plan.checkpoint_io.as_deref() == Some(name)
-        {
-            catalog.plugin(name).map(|p| p.args)
-        } else if name == plan.cluster_environment
-            || plan.process_group_backend.as_deref() == Some(name)
-        {
-            Some(None)
-        } else {
-            return Err(refused(format!(
-                "init_args for {name}, which this plan does not run (it runs strategy {}, precision {}, cluster environment {})",
-                plan.strategy,
-                plan.precision_plugin
-                    .as_deref()
-                    .unwrap_or(plan.precision.name()),
-                plan.cluster_environment
-            )));
-        };
-        match declared.flatten() {
-            Some(check) => check
-                .check(args)
-                .map_err(|e| refused(format!("bad init_args for {name}: {e}")))?,
-            None => {
-                return Err(refused(format!(
-                    "{name} takes no init_args (given {}); a plugin declares the ones it takes when it is registered (`with_args`)",
-                    render(args)
-                )));
-            }
-        }
-        taken.insert(name.to_owned(), args.clone());
-    }
-    Ok(taken)
-}
-
-/// The flag that named plugin `name` (lowercase).
-fn giving_flag(flags: &TrainerFlags, name: &str) -> &'static str {
-    let named = |value: &str| value.trim().eq_ignore_ascii_case(name);
-    if named(&flags.strategy) {
-        "--trainer.strategy"
-    } else if named(&flags.precision) {
-        "--trainer.precision"
-    } else if named(&flags.cluster_environment) {
-        "--trainer.cluster_environment"
-    } else {
-        "--trainer.plugins"
-    }
 }
 
 /// The batch-size finder tries sizes in one process: a run of several is refused here, before
