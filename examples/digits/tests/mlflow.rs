@@ -102,9 +102,13 @@ fn start_server_with(
     let port = free_port();
     let tls = args.iter().any(|a| a.contains("--ssl-certfile"));
     let log = std::fs::File::create(dir.join("server.log")).unwrap();
+    // The server's own temporary files (its database's init locks) stay in the test's directory.
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     let child = Command::new(venv.join("bin/mlflow"))
         .process_group(0)
         .current_dir(dir)
+        .env("TMPDIR", &tmp)
         .envs(envs.iter().copied())
         .args(["server", "--host", "127.0.0.1", "--workers", "1"])
         .args(args)
