@@ -36,7 +36,7 @@ pub mod vision;
 
 pub use accelerator::{Accelerator, AcceleratorKind, DeviceOf, DeviceStats};
 pub use app::{App, AppJob, AppOutput, InitModel, RunsWith};
-pub use catalog::{AcceleratorSpec, Catalog, PrecisionInfo};
+pub use catalog::{AcceleratorSpec, Catalog, CheckpointIoInfo, PrecisionInfo};
 pub use check::PlanCheck;
 pub use cli::{Cli, CliOutcome, Invocation};
 pub use cluster::{ClusterEnvironment, Env, Ranks};

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::accelerator::{self, Accelerator, AcceleratorKind};
 use crate::callbacks::Callback;
-use crate::catalog::{Catalog, PrecisionInfo};
+use crate::catalog::{Catalog, CheckpointIoInfo, PrecisionInfo};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::cluster::Env;
@@ -150,15 +150,16 @@ impl<J: Job> Registry<J> {
         self.with_plugins(|p| p.register_precision(info, factory))
     }
 
-    /// Registers a checkpoint IO built by `factory`; it becomes selectable as
-    /// `--trainer.plugins=[NAME]`.
+    /// Registers a checkpoint IO built by `factory` from the plan; it becomes selectable as
+    /// `--trainer.plugins=[NAME]` (`info.name`), or with arguments as `--trainer.plugins=[{class_path:
+    /// NAME, init_args: {...}}]` when `info` declares them ([`CheckpointIoInfo::with_args`]; the
+    /// factory reads them with `plan.init_args::<T>(NAME)`).
     pub fn register_checkpoint_io<C: CheckpointIO + 'static>(
         self,
-        name: &str,
-        description: &str,
-        factory: impl Fn() -> C + 'static,
+        info: CheckpointIoInfo,
+        factory: impl Fn(&Plan) -> anyhow::Result<C> + 'static,
     ) -> Result<Self, RegistryError> {
-        self.with_plugins(|p| p.register_checkpoint_io(name, description, factory))
+        self.with_plugins(|p| p.register_checkpoint_io(info, factory))
     }
 
     /// Registers a cluster environment; it is detected before the built-ins (in registration

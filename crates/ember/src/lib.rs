@@ -114,9 +114,9 @@ pub mod plugins {
     pub use ember_core::plugins::weights::ParamInfo;
     #[doc(inline)]
     pub use ember_core::{
-        Ddp, DdpSharded, GradScaler, Gradients, MixedPrecision, OptimizerSharding,
-        ParallelGradients, PlanCheck, PrecisionInfo, PrecisionPlugin, Shard, SingleDevice,
-        Strategy, StrategyInfo, StrategyParts, TruePrecision, Weights,
+        CheckpointIoInfo, Ddp, DdpSharded, GradScaler, Gradients, MixedPrecision,
+        OptimizerSharding, ParallelGradients, PlanCheck, PrecisionInfo, PrecisionPlugin, Shard,
+        SingleDevice, Strategy, StrategyInfo, StrategyParts, TruePrecision, Weights,
     };
 }
 

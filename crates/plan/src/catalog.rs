@@ -133,6 +133,50 @@ impl PrecisionInfo {
     }
 }
 
+/// A checkpoint IO as the connector knows it before any is built: its name, a description and
+/// the `init_args` it takes (registered with its factory).
+#[derive(Debug, Clone)]
+pub struct CheckpointIoInfo {
+    /// Selection name (lowercase), as `--trainer.plugins` names it.
+    pub name: String,
+    /// One line for `--help`.
+    pub description: String,
+    /// The `init_args` it takes ([`with_args`](Self::with_args)); `None`: none.
+    pub args: Option<ArgsCheck>,
+}
+
+impl CheckpointIoInfo {
+    /// A checkpoint IO named `name`.
+    pub fn new(name: &str, description: &str) -> Self {
+        Self {
+            name: name.to_ascii_lowercase(),
+            description: description.to_owned(),
+            args: None,
+        }
+    }
+
+    /// Takes `init_args` that deserialize as `T` (`--trainer.plugins=[{class_path: NAME,
+    /// init_args: {...}}]`): arguments `T` refuses exit 2 naming the flag and the argument
+    /// while planning; its factory reads them with `Plan::init_args`. Without this,
+    /// `init_args` for it are refused.
+    pub fn with_args<T: serde::de::DeserializeOwned>(mut self) -> Self {
+        self.args = Some(ArgsCheck::of::<T>());
+        self
+    }
+}
+
+impl From<CheckpointIoInfo> for PluginInfo {
+    fn from(info: CheckpointIoInfo) -> Self {
+        Self {
+            name: info.name,
+            description: info.description,
+            kind: PluginKind::CheckpointIo,
+            check: None,
+            args: info.args,
+        }
+    }
+}
+
 impl From<PrecisionInfo> for PluginInfo {
     fn from(info: PrecisionInfo) -> Self {
         Self {

@@ -8,7 +8,8 @@
 //!   that names its variables `JOB_*`.
 //! - [`EpochLine`], a callback selectable by name: a line per training epoch with the metrics
 //!   its `init_args` name; [`WeightNorm`], a callback that logs the weights' norm;
-//!   [`JsonLines`], a logger selectable by name.
+//!   [`JsonLines`], a logger selectable by name; [`Mirrored`], a checkpoint IO that takes
+//!   arguments.
 //!
 //! `src/main.rs` registers them; see `docs/plugins.md`.
 
@@ -16,13 +17,13 @@ use ember::burn::tensor::{DType, TensorData};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ember::callbacks::{Callback, CallbackContext};
 use ember::loggers::Logger;
 use ember::plugins::{
-    ClusterEnvironment, Ddp, Env, Gradients, PrecisionPlugin, Ranks, ReduceOp, Strategy,
-    StrategyParts, Weights,
+    CheckpointIO, ClusterEnvironment, Ddp, Env, Gradients, LocalCheckpointIO, PrecisionPlugin,
+    Ranks, ReduceOp, Strategy, StrategyParts, Weights,
 };
 use ember::{FlagError, Plan, Precision};
 
@@ -384,6 +385,54 @@ impl Callback for WeightNorm {
             ctx.log("weight_norm", squares.sqrt());
         }
         Ok(())
+    }
+}
+
+/// A checkpoint IO registered by name that takes arguments: local files, each checkpoint also
+/// copied into a mirror directory (`--trainer.plugins=[{class_path: mirrored, init_args: {dir:
+/// /backup}}]`), atomically in both places.
+pub struct Mirrored {
+    mirror: PathBuf,
+}
+
+/// [`Mirrored`]'s `init_args`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirroredArgs {
+    /// The directory every checkpoint is copied into (required).
+    pub dir: PathBuf,
+}
+
+impl Mirrored {
+    /// Name it is registered under.
+    pub const NAME: &'static str = "mirrored";
+
+    /// The checkpoint IO as the `init_args` in `plan` say: what its registered factory builds.
+    pub fn from_plan(plan: &Plan) -> anyhow::Result<Self> {
+        let args: MirroredArgs = plan.init_args(Self::NAME)?;
+        std::fs::create_dir_all(&args.dir)?;
+        Ok(Self { mirror: args.dir })
+    }
+
+    /// Where `path`'s copy goes.
+    fn mirrored(&self, path: &Path) -> PathBuf {
+        self.mirror.join(path.file_name().unwrap_or_default())
+    }
+}
+
+impl CheckpointIO for Mirrored {
+    fn save(&self, bytes: &[u8], path: &Path) -> anyhow::Result<()> {
+        LocalCheckpointIO.save(bytes, path)?;
+        LocalCheckpointIO.save(bytes, &self.mirrored(path))
+    }
+
+    fn load(&self, path: &Path) -> anyhow::Result<Vec<u8>> {
+        LocalCheckpointIO.load(path)
+    }
+
+    /// Removes the local file only: the mirror keeps every checkpoint.
+    fn remove(&self, path: &Path) -> anyhow::Result<()> {
+        LocalCheckpointIO.remove(path)
     }
 }
 

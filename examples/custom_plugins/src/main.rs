@@ -1,18 +1,19 @@
 //! The digits app with plugins of its own, registered by its `App`:
 //! `--trainer.strategy=local_sgd`, `--trainer.precision=bf16-static-scale`, the `renamed`
-//! cluster environment, the `EpochLine` and `WeightNorm` callbacks and the `jsonl` logger. `main` stays
+//! cluster environment, the `mirrored` checkpoint IO, the `EpochLine` and `WeightNorm` callbacks
+//! and the `jsonl` logger. `main` stays
 //! `ember::run`.
 
 use std::process::ExitCode;
 
 use custom_plugins::{
-    EpochLine, JsonLines, LocalSgd, LocalSgdArgs, RenamedElastic, StaticLossScale,
-    StaticLossScaleArgs, WeightNorm,
+    EpochLine, JsonLines, LocalSgd, LocalSgdArgs, Mirrored, MirroredArgs, RenamedElastic,
+    StaticLossScale, StaticLossScaleArgs, WeightNorm,
 };
 use digits::Digits;
 use ember::Precision;
 use ember::burn::tensor::backend::AutodiffBackend;
-use ember::plugins::{PrecisionInfo, StrategyInfo};
+use ember::plugins::{CheckpointIoInfo, PrecisionInfo, StrategyInfo};
 use ember::{App, AppJob, Registry, RegistryError, TrainerFlags};
 
 /// Digits under its own name, with the example's plugins.
@@ -54,6 +55,14 @@ impl App for CustomPlugins {
                 )
                 .with_args::<StaticLossScaleArgs>(),
                 StaticLossScale::from_plan,
+            )?
+            .register_checkpoint_io(
+                CheckpointIoInfo::new(
+                    Mirrored::NAME,
+                    "example: local files, each checkpoint also copied into init_args' dir",
+                )
+                .with_args::<MirroredArgs>(),
+                Mirrored::from_plan,
             )?
             .register_cluster_environment(RenamedElastic)?
             .register_callback(

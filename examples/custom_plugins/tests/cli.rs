@@ -487,3 +487,41 @@ fn the_strategys_init_args_reach_its_factory() {
     let averages: u64 = last["local_sgd_averages"].parse().unwrap();
     assert_eq!(averages, steps / 7, "{last:?}");
 }
+
+#[test]
+fn a_checkpoint_io_takes_its_directory_as_init_args() {
+    let dir = tempfile::tempdir().unwrap();
+    let mirror = dir.path().join("mirror");
+    let plugins = format!(
+        "--trainer.plugins=[{{class_path: mirrored, init_args: {{dir: {}}}}}]",
+        mirror.display()
+    );
+    let out = app_in(
+        dir.path(),
+        &[
+            "fit",
+            "--trainer.max_epochs=2",
+            "--trainer.enable_progress_bar=false",
+            &plugins,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let copies: Vec<_> = std::fs::read_dir(&mirror)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        copies.iter().any(|name| name.ends_with(".ckpt")),
+        "{copies:?}"
+    );
+    // Its directory is required: refused while planning, naming the argument.
+    let err = refused(&[
+        "fit",
+        "--trainer.plugins=[{class_path: mirrored, init_args: {}}]",
+    ]);
+    assert!(
+        err.contains("--trainer.plugins") && err.contains("missing field `dir`"),
+        "{err}"
+    );
+}

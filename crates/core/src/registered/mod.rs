@@ -10,7 +10,9 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::callbacks::{Callback, CallbackFactory};
-use crate::catalog::{Catalog, PluginInfo, PluginKind, PrecisionInfo, RESERVED_ACCELERATOR_NAMES};
+use crate::catalog::{
+    Catalog, CheckpointIoInfo, PluginInfo, PrecisionInfo, RESERVED_ACCELERATOR_NAMES,
+};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::error::{FlagError, PlanResult};
@@ -28,7 +30,7 @@ mod builtins;
 pub type PrecisionFactory = Arc<dyn Fn(&Plan) -> anyhow::Result<Box<dyn PrecisionPlugin>>>;
 
 /// Builds a checkpoint IO registered by name.
-pub type CheckpointIoFactory = Arc<dyn Fn() -> Arc<dyn CheckpointIO>>;
+pub type CheckpointIoFactory = Arc<dyn Fn(&Plan) -> anyhow::Result<Arc<dyn CheckpointIO>>>;
 
 /// A registration that was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,22 +204,17 @@ impl Plugins {
         Ok(self)
     }
 
-    /// Registers a checkpoint IO built by `factory`.
+    /// Registers a checkpoint IO built by `factory` from the plan (its `init_args` among it:
+    /// [`Plan::init_args`]), taking the arguments `info` declares.
     pub fn register_checkpoint_io<C: CheckpointIO + 'static>(
         mut self,
-        name: &str,
-        description: &str,
-        factory: impl Fn() -> C + 'static,
+        info: CheckpointIoInfo,
+        factory: impl Fn(&Plan) -> anyhow::Result<C> + 'static,
     ) -> Result<Self, RegistryError> {
-        self.add_plugin(PluginInfo {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            kind: PluginKind::CheckpointIo,
-            check: None,
-            args: None,
-        })?;
-        let factory: CheckpointIoFactory = Arc::new(move || Arc::new(factory()));
-        set(&mut self.checkpoint_ios, name, factory);
+        let name = info.name.clone();
+        self.add_plugin(info.into())?;
+        let factory: CheckpointIoFactory = Arc::new(move |plan| Ok(Arc::new(factory(plan)?)));
+        set(&mut self.checkpoint_ios, &name, factory);
         Ok(self)
     }
 
@@ -363,7 +360,7 @@ impl Plugins {
             return Ok(None);
         };
         let factory = find(&self.checkpoint_ios, name).with_context(|| not_registered(name))?;
-        Ok(Some(factory()))
+        Ok(Some(factory(plan)?))
     }
 
     /// Builds the callback `class_path` names (as the callbacks option compares names) from

@@ -12,7 +12,7 @@ use crate::plan::Plan;
 
 /// The `init_args` given with the plugins `plan` runs, by plugin name, each checked against the
 /// arguments its plugin declared; arguments for a plugin that takes none, for a kind that takes
-/// none (cluster environments, checkpoint IO, process group backends) or for a plugin the plan
+/// none (cluster environments, process group backends) or for a plugin the plan
 /// does not run are errors of the flag that gave them.
 pub(super) fn for_plan(
     plan: &Plan,
@@ -56,6 +56,35 @@ pub(super) fn for_plan(
             }
         }
         taken.insert(name.to_owned(), args.clone());
+    }
+    // A plugin that declared arguments and was given none reads them as an empty table: one
+    // with a required argument is refused here too, not when it is built.
+    let precision = plan
+        .precision_plugin
+        .as_deref()
+        .unwrap_or(plan.precision.name());
+    let declared = [
+        catalog.strategy(&plan.strategy).and_then(|s| s.args),
+        catalog.plugin(precision).and_then(|p| p.args),
+        (plan.checkpoint_io.as_deref()).and_then(|io| catalog.plugin(io)?.args),
+    ];
+    let names = [
+        Some(plan.strategy.as_str()),
+        Some(precision),
+        plan.checkpoint_io.as_deref(),
+    ];
+    for (name, check) in names.into_iter().zip(declared) {
+        if let (Some(name), Some(check)) = (name, check)
+            && !taken.contains_key(name)
+        {
+            check.check(&serde_json::json!({})).map_err(|e| {
+                FlagError::new(
+                    giving_flag(flags, name),
+                    name,
+                    format!("bad init_args for {name} (none given): {e}"),
+                )
+            })?;
+        }
     }
     Ok(taken)
 }
