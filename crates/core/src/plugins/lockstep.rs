@@ -11,7 +11,7 @@
 //! [`LockstepDevice`] checks a device collective's calls the same way, over the host.
 
 use std::any::Any;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -165,21 +165,27 @@ impl Call {
 pub(crate) struct Lockstep {
     inner: Rc<dyn Collective>,
     calls: Cell<u64>,
+    /// Each rank's part of the exchange (one record), and the reused buffer it fills: made
+    /// once, not at every call.
+    counts: Vec<usize>,
+    gathered: RefCell<Vec<u8>>,
 }
 
 impl Lockstep {
     /// `inner`, checked.
     pub(crate) fn new(inner: Rc<dyn Collective>) -> Self {
+        let world = inner.world_size();
         Self {
             inner,
             calls: Cell::new(0),
+            counts: vec![RECORD; world],
+            gathered: RefCell::new(vec![0; RECORD * world]),
         }
     }
 
     /// Tells every rank what this one is about to call and fails on every rank, with the same
     /// error, when the ranks differ.
     fn check(&self, op: Op, len: usize) -> anyhow::Result<()> {
-        let world = self.inner.world_size();
         let call = Call {
             index: self.calls.get(),
             op,
@@ -187,14 +193,14 @@ impl Lockstep {
             step: STEP.with(Cell::get).map_or(0, |s| s + 1),
         };
         self.calls.set(call.index + 1);
-        let mut all = vec![0; RECORD * world];
+        let mut all = self.gathered.borrow_mut();
         self.inner
-            .all_gather_into(&call.encode(), &vec![RECORD; world], &mut all)?;
-        let calls: Vec<Option<Call>> = all.chunks_exact(RECORD).map(Call::decode).collect();
-        let same = |c: &Option<Call>| c.is_some_and(|c| c.op == op && c.len == call.len);
-        if calls.iter().all(same) {
+            .all_gather_into(&call.encode(), &self.counts, &mut all)?;
+        let same = |c: Option<Call>| c.is_some_and(|c| c.op == op && c.len == call.len);
+        if all.chunks_exact(RECORD).map(Call::decode).all(same) {
             return Ok(());
         }
+        let calls: Vec<Option<Call>> = all.chunks_exact(RECORD).map(Call::decode).collect();
         let listed: Vec<String> = (calls.iter().enumerate())
             .map(|(rank, c)| match c {
                 Some(c) => format!("rank {rank} called {}", c.describe()),
