@@ -7,6 +7,7 @@
 //! fails, `mpirun` ends the others and reports the failed rank; its exit status is this
 //! process's.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
@@ -22,16 +23,24 @@ const THREADS_VAR: &str = "RAYON_NUM_THREADS";
 
 /// The `mpirun` command that starts `processes` copies of `program args` on this machine.
 ///
-/// It allows oversubscription and binds nothing (ranks share the machine's cores), and when
+/// It allows oversubscription, binds nothing (ranks share the machine's cores), forwards no
+/// standard input (the ranks read none, and a terminal's input stays with the shell), and when
 /// `RAYON_NUM_THREADS` is unset gives each rank an equal share of the cores, as torchrun sets
 /// `OMP_NUM_THREADS`. It also gives OpenMPI the explicit consent it asks for before running as
 /// root (containers, CI), which has no effect for other users.
 pub fn mpirun_command(processes: usize, program: PathBuf, args: &[String]) -> Command {
     let mut cmd = Command::new("mpirun");
-    cmd.args(["--oversubscribe", "--bind-to", "none", "-np"])
-        .arg(processes.to_string())
-        .arg(program)
-        .args(args);
+    cmd.args([
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--stdin",
+        "none",
+        "-np",
+    ])
+    .arg(processes.to_string())
+    .arg(program)
+    .args(args);
     if std::env::var_os(THREADS_VAR).is_none() {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         cmd.env(THREADS_VAR, (cores / processes).max(1).to_string());
@@ -59,7 +68,24 @@ pub fn launch(plan: &Plan, args: &[String]) -> anyhow::Result<i32> {
         );
     }
     let session = SessionBase::create()?;
-    let mut mpirun = mpirun_command(processes, program, args)
+    let mut command = mpirun_command(processes, program, args);
+    // mpirun and the ranks get a process group of their own, so a terminal's Ctrl-C (SIGINT to
+    // the whole foreground group) reaches only this process, which stops the ranks gracefully
+    // (`wait_forwarding_stops`); mpirun would otherwise end them at once. (In a background
+    // group mpirun must not read the terminal: it forwards no stdin.)
+    command.process_group(0);
+    // SAFETY: prctl(2) is async-signal-safe and touches no memory of this process.
+    unsafe {
+        // Outside the terminal's group mpirun no longer gets a hangup or a kill meant for the
+        // group; it gets SIGTERM (and ends the ranks) when this process dies, however it dies.
+        command.pre_exec(
+            || match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            },
+        );
+    }
+    let mut mpirun = command
         .env("TMPDIR", &session.0)
         .env(AGREED_STATUS_VAR, session.agreed_status_file())
         .spawn()

@@ -4,6 +4,7 @@
 //! shards in rank order — bitwise for N = 2, within a documented tolerance for N = 4 — and the
 //! replicas end bitwise equal (the Trainer checks that itself at the end of `fit`).
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -308,6 +309,9 @@ fn start_long_run(dir: &Path, extra: &[&str]) -> (std::process::Child, Vec<(usiz
         .env("EMBER_INVENTORY", "")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        // A process group of its own, as a shell gives a foreground job, so a test can signal
+        // the group as a terminal's Ctrl-C does.
+        .process_group(0)
         .spawn()
         .unwrap();
     // Both ranks train once rank 0 has written its first metrics.
@@ -346,9 +350,10 @@ fn wait_30s(mut launcher: std::process::Child, what: &str) -> (std::process::Exi
     (status, stderr)
 }
 
-fn signal(pid: u32, signal: &str) {
+/// Sends `signal` to `target`: a pid, or a process group as `-PGID`.
+fn signal(target: impl std::fmt::Display, signal: &str) {
     let sent = Command::new("kill")
-        .args([signal, &pid.to_string()])
+        .args([signal, "--", &target.to_string()])
         .status()
         .unwrap();
     assert!(sent.success());
@@ -601,7 +606,49 @@ fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint() {
     // With data workers: the signal also stops them, and no thread keeps a rank alive.
     let (launcher, ranks) = start_long_run(dir.path(), &["--data.num_workers=2"]);
     signal(launcher.id(), "-TERM");
-    let (status, stderr) = wait_30s(launcher, "SIGTERM");
+    every_rank_stops_with_a_checkpoint(dir.path(), launcher, &ranks, "SIGTERM");
+}
+
+#[test]
+fn ctrl_c_in_the_terminal_stops_every_rank_with_a_checkpoint() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (launcher, ranks) = start_long_run(dir.path(), &[]);
+    // A terminal's Ctrl-C: SIGINT to every process of the foreground group. mpirun and the
+    // ranks are in a group of their own, so only the launcher receives it and stops them
+    // gracefully, as for SIGTERM.
+    signal(format!("-{}", launcher.id()), "-INT");
+    every_rank_stops_with_a_checkpoint(dir.path(), launcher, &ranks, "Ctrl-C");
+}
+
+#[test]
+fn ranks_end_with_a_launcher_killed_outright() {
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut launcher, ranks) = start_long_run(dir.path(), &[]);
+    // SIGKILL gives the launcher no chance to stop anything: mpirun, outside the launcher's
+    // process group, learns of its death from the kernel and ends the ranks.
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    assert!(
+        (ranks.iter()).all(|&(_, pid)| !alive_after(pid, Duration::from_secs(20))),
+        "a rank outlived its launcher"
+    );
+}
+
+/// Waits for a launcher sent a stop signal (`what`): it exits 0, no rank outlives it, and rank 0
+/// wrote the stop checkpoint, which loads.
+fn every_rank_stops_with_a_checkpoint(
+    dir: &Path,
+    launcher: std::process::Child,
+    ranks: &[(usize, u32)],
+    what: &str,
+) {
+    let (status, stderr) = wait_30s(launcher, what);
     assert!(status.success(), "the launcher exited {status}: {stderr}");
     assert!(
         (ranks.iter()).all(|&(_, pid)| !alive_after(pid, std::time::Duration::from_secs(5))),
@@ -611,17 +658,16 @@ fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint() {
         stderr.contains("received SIGUSR1: stopped after step"),
         "{stderr}"
     );
-    let stop_checkpoint =
-        std::fs::read_dir(dir.path().join("lightning_logs/version_0/checkpoints"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("sigusr1-")
-            })
-            .expect("rank 0 wrote the stop checkpoint");
+    let stop_checkpoint = std::fs::read_dir(dir.join("lightning_logs/version_0/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("sigusr1-")
+        })
+        .expect("rank 0 wrote the stop checkpoint");
     assert_eq!(
         weights_of(&stop_checkpoint).len(),
         6,
