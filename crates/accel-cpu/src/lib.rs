@@ -3,6 +3,8 @@
 //! On a CPU, `devices` counts processes (ddp runs one per device id); every process uses the
 //! one host device. Why Flex rather than NdArray: `docs/architecture.md` has the measurement.
 
+mod batch_norm;
+
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -73,6 +75,10 @@ impl Accelerator for CpuAccelerator {
                     .into(),
             ),
         }
+    }
+
+    fn install_kernels() {
+        ember_core::nn::install_batch_norm::<CpuBackend>(batch_norm::CpuBatchNorm);
     }
 
     fn device_stats(_device: &FlexDevice) -> DeviceStats {

@@ -95,6 +95,11 @@ pub trait Accelerator: 'static {
         let _ = (device, rows);
     }
 
+    /// Installs this accelerator's fused kernels for ember's layers ([`crate::nn`]) with
+    /// [`install_batch_norm`](crate::nn::install_batch_norm) and its kin; called each time a
+    /// Trainer is built on it. By default none: the layers compose burn's tensor ops.
+    fn install_kernels() {}
+
     /// The name of the collective that sums `ddp`'s gradients on this accelerator's devices
     /// (`nccl` for cuda), selectable as `--trainer.plugins=[NAME]` and the default process
     /// group backend of `ddp` here; `None` (the default): gradients go through the host

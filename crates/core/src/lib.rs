@@ -26,6 +26,7 @@ pub mod host_float;
 pub mod job;
 pub mod loggers;
 pub mod metrics;
+pub mod nn;
 pub mod optim;
 pub mod plugins;
 pub mod quiet;

@@ -164,6 +164,15 @@ pub mod callbacks {
     };
 }
 
+/// Layers of ember's own: burn's layers, fused where the accelerator has a kernel for them
+/// (see `docs/trainer.md`, Layers).
+pub mod nn {
+    #[doc(inline)]
+    pub use ember_core::nn::{
+        BatchNorm, BatchNormConfig, BatchNormKernel, BatchNormStats, install_batch_norm,
+    };
+}
+
 pub use ember_core::{freezing, metrics, vision};
 
 #[doc(inline)]

@@ -4,9 +4,7 @@
 
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn::nn::{
-    BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig, PaddingConfig2d, Relu,
-};
+use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::optim::AdamConfig;
 use burn::optim::lr_scheduler::exponential::{
     ExponentialLrScheduler, ExponentialLrSchedulerConfig,
@@ -15,6 +13,7 @@ use burn::prelude::*;
 use digits::data::{CLASSES, DigitsBatch, DigitsData};
 use digits::model::loss_and_accuracy;
 use ember::FlagError;
+use ember::nn::{BatchNorm, BatchNormConfig};
 use ember::optim;
 use ember::prelude::*;
 use serde::{Deserialize, Serialize};

@@ -157,6 +157,7 @@ impl TrainerBuilder {
         // The connector checked its plan against the accelerator it named; a plan made by
         // hand is checked against the accelerator built here.
         crate::accelerator::check_deterministic(A::name(), plan.deterministic, A::deterministic)?;
+        A::install_kernels();
         let device = if plan.drives_every_device() {
             A::spanning_device(&plan.devices).map_err(|why| {
                 anyhow::anyhow!(

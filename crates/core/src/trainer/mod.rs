@@ -238,12 +238,13 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// A Trainer on `device` of accelerator `A`, as [`on_device`](Self::on_device) builds one,
-    /// with `A`'s device stats and batch scope ([`Accelerator::batch_scope`]: xla ends a step
-    /// and splits a batch there).
+    /// with `A`'s device stats, batch scope ([`Accelerator::batch_scope`]: xla ends a step
+    /// and splits a batch there) and kernels ([`Accelerator::install_kernels`]).
     pub fn on_accelerator<A: Accelerator<Backend = B>>(
         device: B::Device,
         options: TrainerOptions,
     ) -> anyhow::Result<Self> {
+        A::install_kernels();
         let mut trainer = Self::on_device(device, options)?;
         trainer.device_stats = A::device_stats;
         trainer.batch_scope = A::batch_scope;

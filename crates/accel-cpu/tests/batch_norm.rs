@@ -1,0 +1,176 @@
+//! ember's `BatchNorm` on the CPU accelerator's fused kernel against burn's `BatchNorm`: the
+//! same outputs, gradients and running statistics up to float rounding, whatever the number
+//! of threads (bitwise), and the same record.
+
+use burn::module::{AutodiffModule, Module};
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use burn::tensor::{Tensor, TensorData, Tolerance};
+use burn_autodiff::Autodiff;
+use burn_flex::{Flex, FlexDevice};
+use ember_accel_cpu::CpuAccelerator;
+use ember_core::Accelerator;
+use ember_core::nn::BatchNormConfig;
+
+type B = Autodiff<Flex>;
+
+/// What one training step leaves: the output, the gradients of the input, gamma and beta, and
+/// the running mean and variance.
+type Step = [TensorData; 6];
+
+/// Values drawn from `seed` by a generator of the test's own (tests run on parallel threads,
+/// so burn's one seeded generator would not give each the same draws).
+fn drawn<const D: usize>(shape: [usize; D], seed: u64, low: f32, high: f32) -> Tensor<B, D> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let count = shape.iter().product();
+    let values: Vec<f32> = (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            low + (high - low) * (state >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(values, shape), &FlexDevice)
+}
+
+/// An input offset and spread away from 0 and 1, so a wrong mean or variance shows.
+fn input<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
+    drawn(shape, seed, -1.0, 7.0)
+}
+
+/// A training step of ember's layer (the kernel installed) on `x`.
+fn ember_step<const D: usize>(x: &Tensor<B, D>, channels: usize) -> Step {
+    CpuAccelerator::install_kernels();
+    let norm = BatchNormConfig::new(channels).init::<B>(&FlexDevice);
+    let x = x.clone().require_grad();
+    let y = norm.forward(x.clone());
+    let grads = weighted_sum(y.clone()).backward();
+    step(
+        y,
+        &x,
+        [&norm.gamma, &norm.beta],
+        &grads,
+        [&norm.running_mean, &norm.running_var],
+    )
+}
+
+/// The same step with burn's layer.
+fn burn_step<const D: usize>(x: &Tensor<B, D>, channels: usize) -> Step {
+    let norm = burn::nn::BatchNormConfig::new(channels).init::<B>(&FlexDevice);
+    let x = x.clone().require_grad();
+    let y = norm.forward(x.clone());
+    let grads = weighted_sum(y.clone()).backward();
+    step(
+        y,
+        &x,
+        [&norm.gamma, &norm.beta],
+        &grads,
+        [&norm.running_mean, &norm.running_var],
+    )
+}
+
+/// A loss whose gradient differs per element (a plain sum's would make the input's gradient 0).
+fn weighted_sum<const D: usize>(y: Tensor<B, D>) -> Tensor<B, 1> {
+    let weights = drawn(y.dims(), 99, -1.0, 1.0);
+    (y * weights).sum()
+}
+
+fn step<const D: usize>(
+    y: Tensor<B, D>,
+    x: &Tensor<B, D>,
+    params: [&burn::module::Param<Tensor<B, 1>>; 2],
+    grads: &<B as burn::tensor::backend::AutodiffBackend>::Gradients,
+    running: [&burn::module::RunningState<Tensor<B, 1>>; 2],
+) -> Step {
+    [
+        y.into_data(),
+        x.grad(grads).unwrap().into_data(),
+        params[0].val().grad(grads).unwrap().into_data(),
+        params[1].val().grad(grads).unwrap().into_data(),
+        running[0].value_sync().into_data(),
+        running[1].value_sync().into_data(),
+    ]
+}
+
+fn assert_close(ember: &Step, burn: &Step) {
+    let names = [
+        "output",
+        "input grad",
+        "gamma grad",
+        "beta grad",
+        "running mean",
+        "running var",
+    ];
+    for ((name, a), b) in names.iter().zip(ember).zip(burn) {
+        assert_eq!(a.shape, b.shape, "{name}'s shape");
+        let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 + 1e-4 * y.abs(),
+                "{name}[{i}]: {x} on ember's kernel, {y} on burn's layer"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_training_step_matches_burns_layer_on_images() {
+    // Rows of 100 (not a multiple of the 16 lanes) and a large batch.
+    let x = input([24, 5, 10, 10], 1);
+    let ember = ember_step(&x, 5);
+    let burn = burn_step(&x, 5);
+    assert_close(&ember, &burn);
+}
+
+#[test]
+fn a_training_step_matches_burns_layer_on_vectors() {
+    // BatchNorm over [batch, channels]: rows of one value.
+    let x = input([64, 7], 2);
+    let ember = ember_step(&x, 7);
+    let burn = burn_step(&x, 7);
+    assert_close(&ember, &burn);
+}
+
+#[test]
+fn the_step_is_bitwise_the_same_on_one_thread_and_on_four() {
+    let x = input([32, 3, 40, 40], 3);
+    let on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| ember_step(&x, 3))
+    };
+    assert_eq!(on(1), on(4));
+}
+
+#[test]
+fn inference_uses_the_running_statistics_and_the_record_is_burns() {
+    let x = input([16, 4, 6, 6], 4);
+    CpuAccelerator::install_kernels();
+    let ember = BatchNormConfig::new(4).init::<B>(&FlexDevice);
+    let burn = burn::nn::BatchNormConfig::new(4).init::<B>(&FlexDevice);
+    for _ in 0..3 {
+        ember.forward(x.clone());
+        burn.forward(x.clone());
+    }
+    // burn's layer loads ember's record by its field names: same fields, same values.
+    let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
+    let bytes = Recorder::<B>::record(&recorder, ember.clone().into_record(), ()).unwrap();
+    let record = Recorder::<B>::load(&recorder, bytes, &FlexDevice).unwrap();
+    let loaded = burn::nn::BatchNormConfig::new(4)
+        .init::<B>(&FlexDevice)
+        .load_record(record);
+    let (ember, burn, loaded) = (ember.valid(), burn.valid(), loaded.valid());
+    let x = x.inner();
+    let tolerance = Tolerance::rel_abs(1e-4, 1e-5);
+    let expected = burn.forward(x.clone()).into_data();
+    ember
+        .forward(x.clone())
+        .into_data()
+        .assert_approx_eq::<f32>(&expected, tolerance);
+    loaded
+        .forward(x)
+        .into_data()
+        .assert_approx_eq::<f32>(&expected, tolerance);
+}
