@@ -2,7 +2,7 @@
 //! same outputs, gradients and running statistics up to float rounding, whatever the number
 //! of threads (bitwise), and the same record.
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::{AutodiffModule, Module, Param, RunningState};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_autodiff::Autodiff;
@@ -42,31 +42,19 @@ fn input<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
 fn ember_step<const D: usize>(x: &Tensor<B, D>, channels: usize) -> Step {
     CpuAccelerator::install_kernels();
     let norm = BatchNormConfig::new(channels).init::<B>(&FlexDevice);
-    let x = x.clone().require_grad();
-    let y = norm.forward(x.clone());
-    let grads = weighted_sum(y.clone()).backward();
-    step(
-        y,
-        &x,
-        [&norm.gamma, &norm.beta],
-        &grads,
-        [&norm.running_mean, &norm.running_var],
-    )
+    let params = [&norm.gamma, &norm.beta];
+    step(x, params, [&norm.running_mean, &norm.running_var], |x| {
+        norm.forward(x)
+    })
 }
 
 /// The same step with burn's layer.
 fn burn_step<const D: usize>(x: &Tensor<B, D>, channels: usize) -> Step {
     let norm = burn::nn::BatchNormConfig::new(channels).init::<B>(&FlexDevice);
-    let x = x.clone().require_grad();
-    let y = norm.forward(x.clone());
-    let grads = weighted_sum(y.clone()).backward();
-    step(
-        y,
-        &x,
-        [&norm.gamma, &norm.beta],
-        &grads,
-        [&norm.running_mean, &norm.running_var],
-    )
+    let params = [&norm.gamma, &norm.beta];
+    step(x, params, [&norm.running_mean, &norm.running_var], |x| {
+        norm.forward(x)
+    })
 }
 
 /// A loss whose gradient differs per element (a plain sum's would make the input's gradient 0).
@@ -75,18 +63,22 @@ fn weighted_sum<const D: usize>(y: Tensor<B, D>) -> Tensor<B, 1> {
     (y * weights).sum()
 }
 
+/// A layer's training step on `x` by `forward`: what it leaves in the output, the gradients of
+/// the input and of `params` (gamma, beta), and the `running` mean and variance.
 fn step<const D: usize>(
-    y: Tensor<B, D>,
     x: &Tensor<B, D>,
-    params: [&burn::module::Param<Tensor<B, 1>>; 2],
-    grads: &<B as burn::tensor::backend::AutodiffBackend>::Gradients,
-    running: [&burn::module::RunningState<Tensor<B, 1>>; 2],
+    params: [&Param<Tensor<B, 1>>; 2],
+    running: [&RunningState<Tensor<B, 1>>; 2],
+    forward: impl FnOnce(Tensor<B, D>) -> Tensor<B, D>,
 ) -> Step {
+    let x = x.clone().require_grad();
+    let y = forward(x.clone());
+    let grads = weighted_sum(y.clone()).backward();
     [
         y.into_data(),
-        x.grad(grads).unwrap().into_data(),
-        params[0].val().grad(grads).unwrap().into_data(),
-        params[1].val().grad(grads).unwrap().into_data(),
+        x.grad(&grads).unwrap().into_data(),
+        params[0].val().grad(&grads).unwrap().into_data(),
+        params[1].val().grad(&grads).unwrap().into_data(),
         running[0].value_sync().into_data(),
         running[1].value_sync().into_data(),
     ]
