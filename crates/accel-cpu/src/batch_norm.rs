@@ -154,7 +154,7 @@ struct GradientSums {
 }
 
 /// The f32 values of a small tensor.
-fn values(tensor: &FlexTensor) -> Vec<f32> {
+pub(crate) fn values(tensor: &FlexTensor) -> Vec<f32> {
     tensor
         .clone()
         .into_data()
@@ -283,7 +283,7 @@ fn per_row(shape: Shape, f: impl Fn(usize, usize, &mut [MaybeUninit<f32>]) + Syn
 const LANES: usize = 16;
 
 /// `Σ f(x)` over `row`, in [`LANES`] running f32 sums added in f64.
-fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f64 {
+pub(crate) fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f64 {
     let mut lanes = [0.0f32; LANES];
     let chunks = row.chunks_exact(LANES);
     let tail = chunks.remainder();
@@ -297,7 +297,7 @@ fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f64 {
 }
 
 /// `Σ f(a, b)` over two rows of one length, as [`lane_sum`].
-fn lane_dot(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f64 {
+pub(crate) fn lane_dot(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f64 {
     let mut lanes = [0.0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let tail: f64 = (ca.remainder().iter().zip(cb.remainder()))

@@ -4,6 +4,7 @@
 //! one host device. Why Flex rather than NdArray: `docs/architecture.md` has the measurement.
 
 mod batch_norm;
+mod layer_norm;
 
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -79,6 +80,7 @@ impl Accelerator for CpuAccelerator {
 
     fn install_kernels() {
         ember_core::nn::install_batch_norm::<CpuBackend>(batch_norm::CpuBatchNorm);
+        ember_core::nn::install_layer_norm::<CpuBackend>(layer_norm::CpuLayerNorm);
     }
 
     fn device_stats(_device: &FlexDevice) -> DeviceStats {

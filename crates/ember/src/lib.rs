@@ -169,7 +169,8 @@ pub mod callbacks {
 pub mod nn {
     #[doc(inline)]
     pub use ember_core::nn::{
-        BatchNorm, BatchNormConfig, BatchNormKernel, BatchNormStats, install_batch_norm,
+        BatchNorm, BatchNormConfig, BatchNormKernel, BatchNormStats, LayerNorm, LayerNormConfig,
+        LayerNormKernel, install_batch_norm, install_layer_norm,
     };
 }
 

@@ -1,16 +1,15 @@
 //! A decoder-only transformer over characters: token and position embeddings, pre-norm blocks
 //! of causal multi-head self-attention and a GELU MLP, a final layer norm and logits (through
-//! the token embedding's transpose when the weights are tied).
+//! the token embedding's transpose when the weights are tied). The layer norms are ember's
+//! (`ember::nn`): burn's layer, fused into one kernel each way on `cpu`.
 
 use burn::nn::Initializer;
 use burn::nn::attention::{
     MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, generate_autoregressive_mask,
 };
-use burn::nn::{
-    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear,
-    LinearConfig,
-};
+use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Gelu, Linear, LinearConfig};
 use burn::prelude::*;
+use ember::nn::{LayerNorm, LayerNormConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::data::VOCAB;

@@ -40,8 +40,24 @@ pub trait BatchNormKernel<B: Backend>: Send + Sync + 'static {
     ) -> Option<BatchNormStats<B>>;
 }
 
-/// Installed kernels by backend type: each value an `Arc<dyn BatchNormKernel<B>>` for the
-/// backend whose `TypeId` is its key.
+/// A fused layer norm over the last dimension on backend `B`, differentiable with respect to
+/// the input, `gamma` and `beta` when `B` records gradients.
+pub trait LayerNormKernel<B: Backend>: Send + Sync + 'static {
+    /// Normalizes each row of `x` (`[rows, features]`) by its own mean and (biased) variance,
+    /// then scales by `gamma` and shifts by `beta` (`[features]`): `(x − mean) / sqrt(var +
+    /// epsilon) · gamma + beta`. `None` when the kernel does not take this input; the layer
+    /// then runs burn's op.
+    fn train(
+        &self,
+        x: Tensor<B, 2>,
+        gamma: Tensor<B, 1>,
+        beta: Option<Tensor<B, 1>>,
+        epsilon: f64,
+    ) -> Option<Tensor<B, 2>>;
+}
+
+/// Installed kernels, each an `Arc<K>` under the `TypeId` of `Arc<K>` (which names the kernel's
+/// kind and its backend, e.g. `Arc<dyn BatchNormKernel<Autodiff<Flex>>>`).
 type Table = RwLock<HashMap<TypeId, Box<dyn Any + Send + Sync>>>;
 
 fn table() -> &'static Table {
@@ -49,19 +65,35 @@ fn table() -> &'static Table {
     TABLE.get_or_init(Table::default)
 }
 
+fn install<K: ?Sized + Send + Sync + 'static>(kernel: Arc<K>) {
+    let mut table = table().write().unwrap_or_else(|e| e.into_inner());
+    table.insert(TypeId::of::<Arc<K>>(), Box::new(kernel));
+}
+
+fn installed<K: ?Sized + Send + Sync + 'static>() -> Option<Arc<K>> {
+    let table = table().read().unwrap_or_else(|e| e.into_inner());
+    let kernel = table.get(&TypeId::of::<Arc<K>>())?;
+    kernel.downcast_ref::<Arc<K>>().cloned()
+}
+
 /// Makes `kernel` the batch-norm kernel of every [`BatchNorm`](super::BatchNorm) layer on
 /// backend `B` in this process (replacing one installed before).
 pub fn install_batch_norm<B: Backend>(kernel: impl BatchNormKernel<B>) {
-    let kernel: Arc<dyn BatchNormKernel<B>> = Arc::new(kernel);
-    let mut table = table().write().unwrap_or_else(|e| e.into_inner());
-    table.insert(TypeId::of::<B>(), Box::new(kernel));
+    install::<dyn BatchNormKernel<B>>(Arc::new(kernel));
+}
+
+/// Makes `kernel` the layer-norm kernel of every [`LayerNorm`](super::LayerNorm) layer on
+/// backend `B` in this process (replacing one installed before).
+pub fn install_layer_norm<B: Backend>(kernel: impl LayerNormKernel<B>) {
+    install::<dyn LayerNormKernel<B>>(Arc::new(kernel));
 }
 
 /// The batch-norm kernel installed for backend `B`, if any.
 pub(super) fn batch_norm<B: Backend>() -> Option<Arc<dyn BatchNormKernel<B>>> {
-    let table = table().read().unwrap_or_else(|e| e.into_inner());
-    let kernel = table.get(&TypeId::of::<B>())?;
-    kernel
-        .downcast_ref::<Arc<dyn BatchNormKernel<B>>>()
-        .cloned()
+    installed::<dyn BatchNormKernel<B>>()
+}
+
+/// The layer-norm kernel installed for backend `B`, if any.
+pub(super) fn layer_norm<B: Backend>() -> Option<Arc<dyn LayerNormKernel<B>>> {
+    installed::<dyn LayerNormKernel<B>>()
 }
