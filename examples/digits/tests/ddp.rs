@@ -630,14 +630,33 @@ fn ranks_end_with_a_launcher_killed_outright() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (mut launcher, ranks) = start_long_run(dir.path(), &[]);
+    let mpirun = parent_of(ranks[0].1);
     // SIGKILL gives the launcher no chance to stop anything: mpirun, outside the launcher's
     // process group, learns of its death from the kernel and ends the ranks.
     launcher.kill().unwrap();
     launcher.wait().unwrap();
+    let mut pids = ranks.iter().map(|&(_, pid)| pid).chain([mpirun]);
     assert!(
-        (ranks.iter()).all(|&(_, pid)| !alive_after(pid, Duration::from_secs(20))),
-        "a rank outlived its launcher"
+        pids.all(|pid| !alive_after(pid, Duration::from_secs(20))),
+        "mpirun or a rank outlived its launcher"
     );
+    // The directory the launcher made for mpirun's session files, which it had no chance to
+    // remove.
+    let session = std::env::temp_dir().join(format!("ember-mpirun-{}", launcher.id()));
+    let _ = std::fs::remove_dir_all(session);
+}
+
+/// The parent of process `pid`.
+fn parent_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name in parentheses: the state, then the parent's pid.
+    let after_name = stat.rsplit(')').next().unwrap();
+    after_name
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// Waits for a launcher sent a stop signal (`what`): it exits 0, no rank outlives it, and rank 0
