@@ -59,29 +59,23 @@ impl<C: CheckpointStrategy> LayerNormKernel<Autodiff<Flex, C>> for CpuLayerNorm 
             stats,
             gammas,
         };
+        // The graph node over the parents `[x, gamma]` or `[x, gamma, beta]` (two arrays of
+        // different lengths, hence a macro rather than a function).
+        macro_rules! record {
+            ($nodes:expr) => {
+                match LayerNormBackward
+                    .prepare::<C>($nodes)
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => prep.finish(saved, output),
+                    OpsKind::UnTracked(prep) => prep.finish(output),
+                }
+            };
+        }
         let output = match beta {
-            Some(beta) => {
-                let nodes = [x.node.clone(), gamma.node.clone(), beta.node.clone()];
-                match LayerNormBackward
-                    .prepare::<C>(nodes)
-                    .compute_bound()
-                    .stateful()
-                {
-                    OpsKind::Tracked(prep) => prep.finish(saved, output),
-                    OpsKind::UnTracked(prep) => prep.finish(output),
-                }
-            }
-            None => {
-                let nodes = [x.node.clone(), gamma.node.clone()];
-                match LayerNormBackward
-                    .prepare::<C>(nodes)
-                    .compute_bound()
-                    .stateful()
-                {
-                    OpsKind::Tracked(prep) => prep.finish(saved, output),
-                    OpsKind::UnTracked(prep) => prep.finish(output),
-                }
-            }
+            Some(beta) => record!([x.node.clone(), gamma.node.clone(), beta.node.clone()]),
+            None => record!([x.node.clone(), gamma.node.clone()]),
         };
         Some(Tensor::from_primitive(TensorPrimitive::Float(output)))
     }
