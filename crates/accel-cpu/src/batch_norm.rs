@@ -18,6 +18,8 @@ use burn_flex::{Flex, FlexTensor};
 use ember_core::nn::{BatchNormKernel, BatchNormStats};
 use rayon::prelude::*;
 
+use crate::fused::{filled, lane_dot, lane_sum, output_gradient, parent_ids, register, values};
+
 /// The CPU's batch-norm kernel, for `Autodiff<Flex, C>`: f32 inputs only (others go through
 /// burn's ops).
 pub struct CpuBatchNorm;
@@ -114,36 +116,31 @@ impl Backward<Flex, 3> for BatchNormBackward {
     type State = Saved;
 
     fn backward(self, ops: Ops<Saved, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = output_gradient(&ops, grads);
+        let ids = parent_ids(&ops);
         let Saved {
             input,
             shape,
             stats,
             gammas,
         } = ops.state;
-        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
         let dy = (grad.as_slice::<f32>()).expect("the gradient of an f32 output is f32");
         let xs = input.as_slice::<f32>().expect("the saved input is f32");
         let sums = gradient_sums(xs, dy, shape, &stats);
-        let channels = shape.channels;
-        if let Some(node) = node_gamma {
-            let dgamma =
-                (sums.iter().zip(&stats)).map(|(s, st)| (s.dy_centered * st.inv_std) as f32);
-            let dgamma = TensorData::new(dgamma.collect::<Vec<f32>>(), [channels]);
-            grads.register::<Flex>(node.id, FlexTensor::from_data(dgamma));
-        }
-        if let Some(node) = node_beta {
-            let dbeta = sums.iter().map(|s| s.dy as f32).collect::<Vec<f32>>();
-            grads.register::<Flex>(
-                node.id,
-                FlexTensor::from_data(TensorData::new(dbeta, [channels])),
-            );
-        }
-        if let Some(node) = node_x {
-            let dx = input_gradient(xs, dy, shape, &stats, &sums, &gammas);
-            let dims = [shape.batch, channels, shape.rows];
-            grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dx, dims)));
-        }
+        // An input that wants no gradient (a batch norm over the data itself) costs no pass.
+        let dx = match ids[0] {
+            Some(_) => input_gradient(xs, dy, shape, &stats, &sums, &gammas),
+            None => Vec::new(),
+        };
+        let dgamma = (sums.iter().zip(&stats)).map(|(s, st)| (s.dy_centered * st.inv_std) as f32);
+        let dbeta = sums.iter().map(|s| s.dy as f32);
+        let channels = vec![shape.channels];
+        let gradients = [
+            (dx, vec![shape.batch, shape.channels, shape.rows]),
+            (dgamma.collect(), channels.clone()),
+            (dbeta.collect(), channels),
+        ];
+        register(grads, ids, gradients);
     }
 }
 
@@ -151,15 +148,6 @@ impl Backward<Flex, 3> for BatchNormBackward {
 struct GradientSums {
     dy: f64,
     dy_centered: f64,
-}
-
-/// The f32 values of a small tensor.
-pub(crate) fn values(tensor: &FlexTensor) -> Vec<f32> {
-    tensor
-        .clone()
-        .into_data()
-        .into_vec::<f32>()
-        .expect("an f32 tensor")
 }
 
 /// The rows of channel `c`: one slice of `rows` values per batch item.
@@ -266,47 +254,10 @@ fn input_gradient(
 /// value of the row that starts at `offset`; each batch item on a thread.
 fn per_row(shape: Shape, f: impl Fn(usize, usize, &mut [MaybeUninit<f32>]) + Sync) -> Vec<f32> {
     let item = shape.channels * shape.rows;
-    let len = shape.batch * item;
-    let mut out = Vec::with_capacity(len);
-    let items = out.spare_capacity_mut()[..len].par_chunks_mut(item.max(1));
-    items.enumerate().for_each(|(n, values)| {
+    let (out, _) = filled(shape.batch * item, item, |n, values| {
         for (c, row) in values.chunks_mut(shape.rows.max(1)).enumerate() {
             f(c, n * item + c * shape.rows, row);
         }
     });
-    // SAFETY: every row of every item was written by `f`, and the rows cover `0..len`.
-    unsafe { out.set_len(len) };
     out
-}
-
-/// Lanes a row is summed in (vectorised; their order is fixed).
-const LANES: usize = 16;
-
-/// `Σ f(x)` over `row`, in [`LANES`] running f32 sums added in f64.
-pub(crate) fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f64 {
-    let mut lanes = [0.0f32; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            *lane += f(x);
-        }
-    }
-    let tail: f64 = tail.iter().map(|&x| f64::from(f(x))).sum();
-    lanes.iter().map(|&l| f64::from(l)).sum::<f64>() + tail
-}
-
-/// `Σ f(a, b)` over two rows of one length, as [`lane_sum`].
-pub(crate) fn lane_dot(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f64 {
-    let mut lanes = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f64 = (ca.remainder().iter().zip(cb.remainder()))
-        .map(|(&x, &y)| f64::from(f(x, y)))
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for ((lane, &x), &y) in lanes.iter_mut().zip(x).zip(y) {
-            *lane += f(x, y);
-        }
-    }
-    lanes.iter().map(|&l| f64::from(l)).sum::<f64>() + tail
 }

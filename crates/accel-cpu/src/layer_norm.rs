@@ -9,16 +9,16 @@
 use std::mem::MaybeUninit;
 
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
-use burn_autodiff::{Autodiff, NodeId};
 use burn_flex::{Flex, FlexTensor};
 use ember_core::nn::LayerNormKernel;
 use rayon::prelude::*;
 
-use crate::batch_norm::{lane_dot, lane_sum, values};
+use crate::fused::{filled, lane_dot, lane_sum, output_gradient, parent_ids, register, values};
 
 /// Rows per block: per-feature partial sums are kept per block.
 const BLOCK: usize = 32;
@@ -105,34 +105,24 @@ impl<const N: usize> Backward<Flex, N> for LayerNormBackward {
     type State = Saved;
 
     fn backward(self, ops: Ops<Saved, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = output_gradient(&ops, grads);
+        // The inputs in order: x, gamma, and beta when the layer has one.
+        let ids = parent_ids(&ops);
         let Saved {
             input,
             features,
             stats,
             gammas,
         } = ops.state;
-        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
         let dy = (grad.as_slice::<f32>()).expect("the gradient of an f32 output is f32");
         let xs = input.as_slice::<f32>().expect("the saved input is f32");
         let (dx, [dgamma, dbeta]) = gradients(xs, dy, features, &stats, &gammas);
-        // The parents in order: x, gamma, and beta when the layer has one.
-        let ids: Vec<Option<NodeId>> = ops
-            .parents
-            .iter()
-            .map(|p| p.as_ref().map(|n| n.id))
-            .collect();
-        let rows = stats.len();
-        let results = [
-            (dx, vec![rows, features]),
+        let gradients = [
+            (dx, vec![stats.len(), features]),
             (dgamma, vec![features]),
             (dbeta, vec![features]),
         ];
-        for (id, (values, dims)) in ids.into_iter().zip(results) {
-            if let Some(id) = id {
-                let tensor = FlexTensor::from_data(TensorData::new(values, dims));
-                grads.register::<Flex>(id, tensor);
-            }
-        }
+        register(grads, ids, gradients);
     }
 }
 
@@ -223,14 +213,7 @@ fn per_block<R: Send>(
     features: usize,
     f: impl Fn(usize, &mut [MaybeUninit<f32>]) -> R + Sync,
 ) -> (Vec<f32>, Vec<R>) {
-    let len = rows * features;
-    let mut out = Vec::with_capacity(len);
-    let blocks = out.spare_capacity_mut()[..len].par_chunks_mut((BLOCK * features).max(1));
-    let results = blocks
-        .enumerate()
-        .map(|(b, block)| f(b * BLOCK, block))
-        .collect();
-    // SAFETY: every block was written whole by `f`, and the blocks cover `0..len`.
-    unsafe { out.set_len(len) };
-    (out, results)
+    filled(rows * features, BLOCK * features, |b, block| {
+        f(b * BLOCK, block)
+    })
 }

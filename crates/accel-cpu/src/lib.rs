@@ -4,6 +4,7 @@
 //! one host device. Why Flex rather than NdArray: `docs/architecture.md` has the measurement.
 
 mod batch_norm;
+mod fused;
 mod layer_norm;
 
 use std::sync::{Mutex, OnceLock};

@@ -50,8 +50,11 @@ impl<B: Backend> LayerNorm<B> {
     pub fn forward<const D: usize>(&self, input: Tensor<B, D>) -> Tensor<B, D> {
         let gamma = self.gamma.val();
         let beta = self.beta.as_ref().map(Param::val);
-        let kernel = super::kernels::layer_norm::<B>();
-        if let Some(kernel) = kernel.filter(|_| B::ad_enabled(&input.device())) {
+        // Training only: inference runs burn's op, which backends fuse themselves.
+        let kernel = B::ad_enabled(&input.device())
+            .then(super::kernels::layer_norm::<B>)
+            .flatten();
+        if let Some(kernel) = kernel {
             let dims = input.dims();
             let features = dims[D - 1];
             let rows = dims[..D - 1].iter().product();
