@@ -10,6 +10,7 @@ mod fuzz;
 mod layering;
 mod leftovers;
 mod matrix;
+mod packaging;
 mod repeat;
 mod unify;
 mod wording;
@@ -45,6 +46,8 @@ cargo xtask <task>
   bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
                      Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
   bench profiler [ROUNDS]       what --trainer.profiler=simple|advanced costs on the MLP and the CNN
+  bench outside [ROUNDS]        the conv example built as a crate outside the workspace from
+                     the getting-started manifest vs examples/conv: steps/s, alternating
   bench models [ROUNDS] [--model mlp,cnn,transformer,resnet,transformer-l]
                      those models (all by default) by ember (cpu, tch-cpu, xla), a burn loop, a
                      torch loop and Lightning, with each Trainer's defaults and bare (no
@@ -63,7 +66,8 @@ cargo xtask <task>
                      lines, no burn under ember-plan), no words about how the work is
                      organised in README, docs/ and the examples' sources, every path the
                      docs name exists, the test rows resolve dependencies
-                     alike (cargo tree), fmt --check, clippy -D warnings
+                     alike (cargo tree), the crates for users package (cargo package,
+                     licence files; the rest publish = false), fmt --check, clippy -D warnings
   ci                 lint, then test
   setup              install system packages the tests need (scripts/setup.sh), and the
                      pinned torch venv (scripts/setup.sh --torch)
@@ -215,6 +219,7 @@ fn lint() -> bool {
         && wording::check(&root())
         && doclinks::check(&root())
         && unify::rows_share_dependency_builds()
+        && packaging::check(&root())
         && run("cargo", &["fmt", "--all", "--", "--check"], &[])
         && run_in("cargo", &workspace, &[], &torch_env())
         // The test files a backend feature compiles out (the cpu row's alone), as the cpu row
@@ -261,7 +266,7 @@ const PUBLIC_DOCS: [&str; 23] = [
 ];
 
 /// The package names of burn's crates patched in vendor/ (each has a PATCHES.md).
-const VENDORED: [&str; 2] = ["burn-flex", "burn-autodiff"];
+const VENDORED: [&str; 2] = ["ember-burn-flex", "ember-burn-autodiff"];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -362,8 +367,8 @@ fn main() -> ExitCode {
             Some(&"xla-devices") => {
                 setup(false) && run("cargo", &digits_xla_bench("xla_devices", &rest[1..]), &[])
             }
-            Some(&"profiler") => {
-                let mut cargo = vec!["bench", "-p", "convnet", "--bench", "profiler", "--"];
+            Some(&name @ ("profiler" | "outside")) => {
+                let mut cargo = vec!["bench", "-p", "convnet", "--bench", name, "--"];
                 cargo.extend(&rest[1..]);
                 run("cargo", &cargo, &[])
             }
@@ -381,7 +386,7 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, xla-devices, models, data, profiler"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, xla-devices, models, data, profiler, outside"
                 );
                 false
             }

@@ -5,6 +5,13 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+// The guide's `Cargo.toml` block as a program of its own uses it, shared with the conv
+// example's test of a crate outside the workspace.
+#[path = "../../conv/tests/outside/mod.rs"]
+#[allow(dead_code)]
+mod outside;
+use outside::guide_dependencies;
+
 /// Lines with their indentation removed, blank lines dropped: snippets in the guide start at
 /// column 0 where the source has them indented.
 fn normalized(text: &str) -> String {
@@ -84,37 +91,8 @@ fn the_guide_program_trains_and_validates_its_checkpoint() {
     assert!(String::from_utf8_lossy(&validate.stdout).contains("val_acc "));
 }
 
-/// The guide's `Cargo.toml` block, its `../ember` paths pointed at this repository.
-fn guide_dependencies(ember_features: &str) -> String {
-    let guide = include_str!("../../../docs/getting-started.md");
-    let block = guide
-        .split("```toml\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .expect("a ```toml block in docs/getting-started.md");
-    let line = "ember = { path = \"../ember/crates/ember\" }";
-    assert!(
-        block.contains(line),
-        "the guide's ember line is not `{line}`:\n{block}"
-    );
-    for vendored in ["burn-flex", "burn-autodiff"] {
-        let patch = format!("{vendored} = {{ path = \"../ember/vendor/{vendored}\" }}");
-        assert!(
-            block.contains(&patch),
-            "the guide does not patch {vendored}:\n{block}"
-        );
-    }
-    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/../../");
-    block
-        .replace(
-            line,
-            &format!("ember = {{ path = \"../ember/crates/ember\"{ember_features} }}"),
-        )
-        .replace("\"../ember/", &format!("\"{repo}"))
-}
-
 /// `cargo generate-lockfile --offline` on a new program with the guide's dependencies: cargo
-/// resolves every crate, version, feature and patch the guide names from the index it cached
+/// resolves every crate, version and feature the guide names from the index it cached
 /// when it built this workspace (no download, no build, no network).
 fn resolves(dependencies: &str) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
@@ -138,7 +116,12 @@ fn resolves(dependencies: &str) -> Result<(), String> {
 
 #[test]
 fn the_guide_dependency_lines_resolve() {
-    resolves(&guide_dependencies("")).expect("the guide's [dependencies]");
+    let plain = guide_dependencies("");
+    assert!(
+        !plain.contains("[patch"),
+        "ember needs no [patch]:\n{plain}"
+    );
+    resolves(&plain).expect("the guide's [dependencies]");
     let ddp = guide_dependencies(", features = [\"mpi\"]");
     resolves(&ddp).expect("the guide's [dependencies] with the mpi feature");
     let guide = include_str!("../../../docs/getting-started.md");
