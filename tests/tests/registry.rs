@@ -246,7 +246,9 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
     );
     let callbacks = names("Callbacks");
     assert!(
-        callbacks.contains(&"EarlyStopping".to_owned()) && callbacks.len() == 8,
+        callbacks.contains(&"EarlyStopping".to_owned())
+            && callbacks.contains(&"Timer".to_owned())
+            && callbacks.len() == 9,
         "{callbacks:?}"
     );
     assert_eq!(names("Loggers"), ["csv", "tensorboard", "mlflow"]);

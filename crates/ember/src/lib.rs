@@ -160,7 +160,8 @@ pub mod callbacks {
         BuiltCallbacks, Callback, CallbackContext, CheckpointTensors, DeviceStatsMonitor,
         EMAWeightAveraging, EarlyStopping, EarlyStoppingConfig, EmaConfig, Freeze,
         LearningRateMonitor, LrOverride, Mode, ModelCheckpoint, ModelCheckpointConfig, ProgressBar,
-        ProgressBarMetrics, StochasticWeightAveraging, SwaConfig, SwaEpochStart, TrainerState,
+        ProgressBarMetrics, StochasticWeightAveraging, SwaConfig, SwaEpochStart, Timer, TimerClock,
+        TimerConfig, TimerInterval, TrainerState,
     };
 }
 

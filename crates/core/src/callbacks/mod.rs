@@ -16,6 +16,7 @@ mod model_checkpoint;
 mod progress;
 mod progress_bar_metrics;
 mod swa;
+mod timer;
 mod weight_averaging;
 
 use std::collections::BTreeMap;
@@ -36,6 +37,7 @@ pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointConfig};
 pub use progress::ProgressBar;
 pub use progress_bar_metrics::{LazyValue, ProgressBarMetrics};
 pub use swa::{AnnealingStrategy, StochasticWeightAveraging, SwaConfig, SwaEpochStart};
+pub use timer::{Timer, TimerClock, TimerConfig, TimerInterval};
 pub use weight_averaging::AveragedWeights;
 
 use crate::accelerator::DeviceStats;

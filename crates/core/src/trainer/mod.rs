@@ -40,7 +40,7 @@ use serde_json::Value;
 
 use crate::accelerator::{Accelerator, DeviceStats};
 pub use crate::agreed::AgreedError;
-use crate::callbacks::{Callback, ModelCheckpoint, ProgressBar};
+use crate::callbacks::{Callback, ModelCheckpoint, ProgressBar, Timer, TimerConfig};
 use crate::checkpoint_io::CheckpointIO;
 use crate::cluster::ClusterEnvironment;
 use crate::collective::Collective;
@@ -120,6 +120,9 @@ pub struct Trainer<B: AutodiffBackend> {
     profiler: Profiler,
     /// The plan's cluster environment, which may requeue the job after a SIGUSR1 stop.
     cluster: Option<Arc<dyn ClusterEnvironment>>,
+    /// Whether `fit` has acted on `max_time` (added its Timer, or warned that the callbacks
+    /// have one); a later fit keeps what the first did.
+    max_time_handled: bool,
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
@@ -309,6 +312,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             batch_scope: |_, _| {},
             options,
             cluster: None,
+            max_time_handled: false,
         })
     }
 
@@ -395,6 +399,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.callbacks
                 .push(Box::new(ModelCheckpoint::new(Default::default())));
         }
+        self.add_timer();
         let checked = self.check_fit(&model, data);
         let FitInputs {
             train,
@@ -411,6 +416,28 @@ impl<B: AutodiffBackend> Trainer<B> {
             .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, &val)));
         crate::plugins::lockstep::at_step(None);
         self.finish(run, result)
+    }
+
+    /// Adds a Timer with `max_time` as its budget when the options set one, unless the
+    /// callbacks have a Timer of their own (whose settings then win, with a warning), as
+    /// Lightning does.
+    fn add_timer(&mut self) {
+        let Some(duration) = self.options.max_time.filter(|_| !self.max_time_handled) else {
+            return;
+        };
+        self.max_time_handled = true;
+        if self.callbacks.iter().any(|c| c.name() == "Timer") {
+            tracing::warn!(
+                target: "ember",
+                "--trainer.max_time is ignored: the callbacks have a Timer of their own"
+            );
+            return;
+        }
+        let config = TimerConfig {
+            duration: Some(duration),
+            ..TimerConfig::default()
+        };
+        self.callbacks.push(Box::new(Timer::new(config)));
     }
 
     /// What `fit` needs before it starts, each refusal an error: the model's optimization

@@ -8,6 +8,7 @@
 
 mod batch_size_find;
 mod callbacks;
+mod duration;
 mod lr_find;
 mod settings;
 mod values;
@@ -20,6 +21,7 @@ use serde_json::{Map, Value};
 use crate::error::{FlagError, PlanResult, render};
 pub use batch_size_find::{BatchSizeFind, BatchSizeFindChoice, ScaleMode};
 pub use callbacks::{CallbackSpec, Callbacks, callback_key, unknown_callback};
+pub use duration::{MaxTime, parse_duration, write_duration};
 pub use lr_find::{LrFind, LrFindChoice, SweepMode};
 pub use values::{
     CheckpointWrites, ClipAlgorithm, Count, CountOrNull, DEFAULT_LOGGER, Directory, EpochLimit,
@@ -157,6 +159,12 @@ options_table! {
     /// Optimizer steps before early stopping may stop the run; `null`: none.
     min_steps: Option<u64> = None, CountOrNull,
         "train at least this many optimizer steps before early stopping may stop";
+    /// Training time at most (Lightning's `max_time`): `DD:HH:MM:SS` or a table of `days`,
+    /// `hours`, `minutes`, `seconds`; `fit` checks it after every training batch and, once
+    /// spent, stops as early stopping does (a checkpoint at the stop; time spent before a
+    /// resume counts). It adds a `Timer` callback unless `callbacks` has one. `null`: no limit.
+    max_time: Option<std::time::Duration> = None, MaxTime,
+        "stop fit after this much training time: DD:HH:MM:SS or {days, hours, minutes, seconds}; null for none";
     /// Training batches per epoch: an integer (batches) or a fraction in [0, 1] (a non-zero
     /// fraction keeps at least one batch).
     limit_train_batches: Limit = Limit::Fraction(1.0), Limit,

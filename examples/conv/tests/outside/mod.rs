@@ -61,51 +61,42 @@ pub fn make_crate(dir: &Path) {
     .unwrap();
 }
 
-/// The target directory the crate builds in: the one this workspace builds in, where the
-/// crates it shares with the workspace (burn and ember's, with the same features) are built
-/// already.
+/// The target directory the crate builds in: the one this workspace builds in, so that the
+/// test's build and the bench's share their artifacts (a program of its own resolves burn's and
+/// ember's features differently from the workspace, so the first build compiles those again).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     // <target>/<profile>/deps/<test binary>
     exe.ancestors().nth(3).unwrap().to_path_buf()
 }
 
-/// `cargo build --release --offline` of the crate in `dir`; the path of its binary, or cargo's
-/// output when the build fails.
-pub fn build_release(dir: &Path) -> Result<PathBuf, String> {
+/// `cargo ARGS --offline` in `dir` with [`target_dir`]; its stdout, or its stderr on failure.
+fn cargo(dir: &Path, args: &[&str]) -> Result<String, String> {
     let out = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--offline", "--quiet"])
+        .args(args)
+        .arg("--offline")
         .current_dir(dir)
         .env("CARGO_TARGET_DIR", target_dir())
         .output()
         .unwrap();
     match out.status.success() {
-        true => Ok(target_dir().join("release/outside_conv")),
+        true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
         false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
     }
 }
 
+/// `cargo build --release` of the crate in `dir`; the path of its binary, or cargo's output
+/// when the build fails.
+pub fn build_release(dir: &Path) -> Result<PathBuf, String> {
+    cargo(dir, &["build", "--release", "--quiet"])?;
+    Ok(target_dir().join("release/outside_conv"))
+}
+
 /// The names of the packages a build of the crate in `dir` compiles for it (`cargo tree`).
 pub fn packages(dir: &Path) -> Vec<String> {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--offline",
-            "-e",
-            "normal,build",
-            "--prefix",
-            "none",
-        ])
-        .args(["--format", "{p}"])
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tree = String::from_utf8_lossy(&out.stdout);
+    let args = "tree -e normal,build --prefix none --format {p}";
+    let args: Vec<&str> = args.split(' ').collect();
+    let tree = cargo(dir, &args).unwrap_or_else(|e| panic!("{e}"));
     tree.lines()
         .filter_map(|line| line.split(' ').next())
         .map(str::to_string)

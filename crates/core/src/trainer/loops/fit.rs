@@ -166,7 +166,13 @@ where
         if let Some(why) = nothing.as_ref().filter(|_| self.trainer.is_global_zero()) {
             eprintln!("{why}");
         }
-        let mut stop = nothing.is_some();
+        // A callback may stop the fit before it trains (a Timer whose budget a resumed fit
+        // has spent already).
+        let should_stop = self.agree_on_stop(None, self.run.state.should_stop)?.1;
+        self.run.state.should_stop = should_stop;
+        let state = &self.run.state;
+        let stopped = (self.schedule).stops(state.global_step, should_stop, self.position.epoch);
+        let mut stop = nothing.is_some() || stopped;
         while self.position.epoch < self.run.state.max_epochs && !stop {
             let (next, ended) = self.run_epoch(&train, val, batcher)?;
             self = next;
