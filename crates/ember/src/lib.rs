@@ -159,9 +159,10 @@ pub mod callbacks {
         AnnealingStrategy, AveragedWeights, BackboneFinetuning, BackboneFinetuningConfig,
         BuiltCallbacks, Callback, CallbackContext, CheckpointTensors, DeviceStatsMonitor,
         EMAWeightAveraging, EarlyStopping, EarlyStoppingConfig, EmaConfig, Freeze,
-        LearningRateMonitor, LrOverride, Mode, ModelCheckpoint, ModelCheckpointConfig, ProgressBar,
-        ProgressBarMetrics, StochasticWeightAveraging, SwaConfig, SwaEpochStart, Timer, TimerClock,
-        TimerConfig, TimerInterval, TrainerState,
+        LearningRateMonitor, LrOverride, Mode, ModelCheckpoint, ModelCheckpointConfig,
+        OnExceptionCheckpoint, OnExceptionCheckpointConfig, ProgressBar, ProgressBarMetrics,
+        StochasticWeightAveraging, SwaConfig, SwaEpochStart, Timer, TimerClock, TimerConfig,
+        TimerInterval, TrainerState,
     };
 }
 

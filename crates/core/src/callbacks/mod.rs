@@ -13,6 +13,7 @@ mod ema;
 mod finetuning;
 mod lr_monitor;
 mod model_checkpoint;
+mod on_exception;
 mod progress;
 mod progress_bar_metrics;
 mod swa;
@@ -34,6 +35,7 @@ pub use ema::{EMAWeightAveraging, EmaConfig};
 pub use finetuning::{BackboneFinetuning, BackboneFinetuningConfig, Freeze};
 pub use lr_monitor::LearningRateMonitor;
 pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointConfig};
+pub use on_exception::{OnExceptionCheckpoint, OnExceptionCheckpointConfig};
 pub use progress::ProgressBar;
 pub use progress_bar_metrics::{LazyValue, ProgressBarMetrics};
 pub use swa::{AnnealingStrategy, StochasticWeightAveraging, SwaConfig, SwaEpochStart};
@@ -293,6 +295,11 @@ impl CallbackContext<'_> {
         self.model?.loss()
     }
 
+    /// Whether [`save_checkpoint`](Self::save_checkpoint) can save here.
+    pub(crate) fn can_save(&self) -> bool {
+        self.saver.is_some()
+    }
+
     /// Removes a checkpoint written earlier.
     pub fn remove_checkpoint(&self, path: &Path) -> anyhow::Result<()> {
         self.io.remove(path)
@@ -414,6 +421,9 @@ pub trait Callback {
         Ok(())
     }
     /// When a loop fails; the error is returned to the caller after every callback has seen it.
+    /// In `fit`, for an error from the data, a callback, validation or a logger, or a panic in
+    /// `training_step`, it runs while the loop still holds the model of the last completed step:
+    /// `save_checkpoint` and `with_weights` work here then (OnExceptionCheckpoint saves).
     fn on_exception(&mut self, ctx: &mut CallbackContext<'_>, error: &anyhow::Error) {}
     /// Last, in every entry point, whether it failed or not.
     fn teardown(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::{Plugins, RegistryError};
 use crate::callbacks::{
     BackboneFinetuning, DeviceStatsMonitor, EMAWeightAveraging, EarlyStopping, LearningRateMonitor,
-    ModelCheckpoint, ProgressBar, StochasticWeightAveraging, Timer,
+    ModelCheckpoint, OnExceptionCheckpoint, ProgressBar, StochasticWeightAveraging, Timer,
 };
 use crate::catalog::PrecisionInfo;
 use crate::loggers::{CsvLogger, MlflowLogger, TensorBoardLogger};
@@ -146,6 +146,11 @@ fn callbacks(plugins: Plugins) -> Result<Plugins, RegistryError> {
             "DeviceStatsMonitor",
             "log the accelerator's device stats every log_every_n_steps",
             |args| Ok(DeviceStatsMonitor::new(settings("DeviceStatsMonitor", args)?)),
+        )?
+        .register_callback(
+            "OnExceptionCheckpoint",
+            "save a checkpoint when fit fails (dirpath, filename)",
+            |args| Ok(OnExceptionCheckpoint::new(settings("OnExceptionCheckpoint", args)?)),
         )?
         .register_callback(
             "Timer",

@@ -209,6 +209,9 @@ pub(super) struct Run {
     pub(super) hparams: Rc<Value>,
     /// The Trainer's profiler, recording this entry point.
     pub(super) profiler: Profiler,
+    /// The callbacks saw this run's failure already (`fit` shows it to them while it still
+    /// holds the model, so that they may save it).
+    pub(super) failure_reported: bool,
 }
 
 impl Run {
@@ -375,6 +378,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 self.profiler.start();
                 self.profiler.clone()
             },
+            failure_reported: false,
         };
         run.hook(|c, x| c.setup(x))?;
         Ok(run)
@@ -412,7 +416,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         mut run: Run,
         result: anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        if let Err(e) = &result {
+        if let Err(e) = &result
+            && !run.failure_reported
+        {
             let _ = run.hook(|c, x| {
                 c.on_exception(x, e);
                 Ok(())

@@ -154,12 +154,12 @@ where
             let collective = Rc::clone(&self.trainer.strategy.parts().collective);
             self.gather = Some(StateGather::new(collective, order));
         }
-        self.fit_hook(|c, x| c.on_fit_start(x))?;
-        self.apply_finetuning()?;
+        tried!(self, self.fit_hook(|c, x| c.on_fit_start(x)));
+        tried!(self, self.apply_finetuning());
         if self.schedule.sanity_batches.iter().any(|&b| b > 0) {
             self.run.state.sanity_checking = true;
             let batches = self.schedule.sanity_batches.clone();
-            self.validate(val, batcher, batches, false)?;
+            tried!(self, self.validate(val, batcher, batches, false));
             self.run.state.sanity_checking = false;
         }
         let nothing = self.schedule.nothing_to_train(self.run.state.global_step);
@@ -168,7 +168,7 @@ where
         }
         // A callback may stop the fit before it trains (a Timer whose budget a resumed fit
         // has spent already).
-        let should_stop = self.agree_on_stop(None, self.run.state.should_stop)?.1;
+        let should_stop = tried!(self, self.agree_on_stop(None, self.run.state.should_stop)).1;
         self.run.state.should_stop = should_stop;
         let state = &self.run.state;
         let stopped = (self.schedule).stops(state.global_step, should_stop, self.position.epoch);

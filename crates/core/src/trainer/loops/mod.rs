@@ -9,8 +9,20 @@
 //! - [`evaluation::EvaluationLoop`]: a validation or test pass;
 //! - [`prediction::PredictionLoop`]: predictions, sharded across ranks and gathered back.
 
+/// `$e`'s value, or, when it is an error, a return of that error once the callbacks saw it
+/// with the loop's model (`FitLoop::failed`, failure.rs).
+macro_rules! tried {
+    ($fit:ident, $e:expr) => {
+        match $e {
+            Ok(value) => value,
+            Err(error) => return Err($fit.failed(error)),
+        }
+    };
+}
+
 mod batch_norm;
 pub(super) mod evaluation;
+mod failure;
 pub(super) mod fit;
 pub(crate) mod optimization;
 pub(super) mod prediction;

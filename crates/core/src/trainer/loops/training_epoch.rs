@@ -52,31 +52,35 @@ where
                 slot.lr = slot.scheduler.step();
             }
         }
-        self.fit_hook(|c, x| c.on_train_epoch_start(x))?;
-        self.apply_finetuning()?;
+        tried!(self, self.fit_hook(|c, x| c.on_train_epoch_start(x)));
+        tried!(self, self.apply_finetuning());
         let resumed_at = std::mem::take(&mut self.position.skip);
         let range = resumed_at..self.schedule.train_batches;
-        let mut batches = train.pass(self.trainer.seed, epoch, range)?;
+        let mut batches = tried!(self, train.pass(self.trainer.seed, epoch, range));
         let mut stop = false;
         while let Some((batch_idx, batch)) = {
             let _span = self.trainer.profiler.span("data fetch");
             let scope = self.trainer.batch_scope;
-            batches.next_batch_scoped::<B, _>(batcher, &self.trainer.device, scope)?
+            tried!(
+                self,
+                batches.next_batch_scoped::<B, _>(batcher, &self.trainer.device, scope)
+            )
         } {
             let span = self.trainer.profiler.span("training batch");
             lockstep::at_step(Some(self.run.state.global_step));
             self = self.train_batch(batch_idx, batch)?;
-            self.fit_hook(|c, x| c.on_train_batch_end(x))?;
+            tried!(self, self.fit_hook(|c, x| c.on_train_batch_end(x)));
             drop(span);
             if self.schedule.validates_after(epoch, batch_idx) {
                 let batches = self.schedule.val_batches.clone();
-                self.validate(val, batcher, batches, true)?;
+                tried!(self, self.validate(val, batcher, batches, true));
             }
-            let (signal, should_stop) =
-                self.agree_on_stop(self.signals.received(), self.run.state.should_stop)?;
+            let received = self.signals.received();
+            let stop_now = self.agree_on_stop(received, self.run.state.should_stop);
+            let (signal, should_stop) = tried!(self, stop_now);
             self.run.state.should_stop = should_stop;
             if let Some(signal) = signal {
-                self.save_on_signal(signal)?;
+                tried!(self, self.save_on_signal(signal));
                 break;
             }
             // Within the epoch, only the epochs before it count as complete.
@@ -90,21 +94,22 @@ where
         }
         // The epoch's last step values, as Lightning's callback_metrics hold them every step
         // (logged or not: loggers get every log_every_n_steps-th).
-        let last_step = self.collector.take_pending(self.trainer.ranks())?;
+        let last_step = tried!(self, self.collector.take_pending(self.trainer.ranks()));
         self.run.state.callback_metrics.extend(last_step);
-        let epoch_metrics = self.collector.take_epoch(self.trainer.ranks())?;
-        self.run.publish(&epoch_metrics, false)?;
-        self.fit_hook(|c, x| c.on_train_epoch_end(x))?;
+        let epoch_metrics = tried!(self, self.collector.take_epoch(self.trainer.ranks()));
+        tried!(self, self.run.publish(&epoch_metrics, false));
+        tried!(self, self.fit_hook(|c, x| c.on_train_epoch_end(x)));
         let end = EpochEnd {
             epoch,
             global_step: self.run.state.global_step,
             log_dir: self.run.state.log_dir.as_deref(),
             is_global_zero: self.trainer.is_global_zero(),
         };
-        self.opt.model.on_train_epoch_end(&end)?;
-        self.run.state.should_stop = self.agree_on_stop(None, self.run.state.should_stop)?.1;
+        tried!(self, self.opt.model.on_train_epoch_end(&end));
+        let stop_now = self.agree_on_stop(None, self.run.state.should_stop);
+        self.run.state.should_stop = tried!(self, stop_now).1;
         let span = self.run.profiler.span("loggers");
-        self.run.loggers.save()?;
+        tried!(self, self.run.loggers.save());
         drop(span);
         let state = &self.run.state;
         let stop = stop
@@ -133,16 +138,17 @@ where
             let steps_before = self.run.state.global_step;
             self = self.manual_batch(batch, &mut log)?;
             let stepped = self.run.state.global_step > steps_before;
-            return self.end_batch(batch_idx, log, stepped);
+            tried!(self, self.end_batch(batch_idx, log, stepped));
+            return Ok(self);
         }
-        let loss = {
-            let _span = self.trainer.profiler.span("training step");
-            self.training_forward(batch, &mut log)
-        };
-        let opt = &mut self.opt;
+        let loss = self.unless_panics(|fit| {
+            let _span = fit.trainer.profiler.span("training step");
+            fit.training_forward(batch, &mut log)
+        });
         if let Some(step) = log.take_missing() {
-            return Err(MissingStep(step).into());
+            return Err(self.failed(MissingStep(step).into()));
         }
+        let opt = &mut self.opt;
         self.last_loss = Some(loss.clone().detach());
         let loss = precision::scale_loss(self.trainer.precision(), loss);
         let accumulate = self.schedule.accumulate;
@@ -166,7 +172,8 @@ where
         if steps_now {
             self = self.optimizer_step(grads, &mut log)?;
         }
-        self.end_batch(batch_idx, log, steps_now)
+        tried!(self, self.end_batch(batch_idx, log, steps_now));
+        Ok(self)
     }
 
     /// The model's `training_step` on `batch`: on a copy in the compute types under a mixed
@@ -184,11 +191,11 @@ where
 
     /// Collects what the batch logged and writes the step metrics when it is a logging step.
     fn end_batch(
-        mut self,
+        &mut self,
         batch_idx: usize,
         mut log: StepLog<B>,
         stepped: bool,
-    ) -> anyhow::Result<Self> {
+    ) -> anyhow::Result<()> {
         let logging_step = self
             .schedule
             .logs_after(stepped, self.run.state.global_step);
@@ -207,7 +214,7 @@ where
         }
         self.run.state.batch_idx = batch_idx;
         self.run.state.batches_done = batch_idx + 1;
-        Ok(self)
+        Ok(())
     }
 
     /// Steps optimizer 0 with `grads` (reduced, unscaled, checked and clipped as the options
