@@ -161,8 +161,8 @@ pub mod callbacks {
         EMAWeightAveraging, EarlyStopping, EarlyStoppingConfig, EmaConfig, Freeze,
         LearningRateMonitor, LrOverride, Mode, ModelCheckpoint, ModelCheckpointConfig,
         OnExceptionCheckpoint, OnExceptionCheckpointConfig, ProgressBar, ProgressBarMetrics,
-        StochasticWeightAveraging, SwaConfig, SwaEpochStart, Timer, TimerClock, TimerConfig,
-        TimerInterval, TrainerState,
+        StochasticWeightAveraging, SwaConfig, SwaEpochStart, Throughput, ThroughputConfig,
+        ThroughputMonitor, Timer, TimerClock, TimerConfig, TimerInterval, TrainerState,
     };
 }
 

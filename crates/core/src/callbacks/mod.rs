@@ -17,6 +17,7 @@ mod on_exception;
 mod progress;
 mod progress_bar_metrics;
 mod swa;
+mod throughput;
 mod timer;
 mod weight_averaging;
 
@@ -39,6 +40,7 @@ pub use on_exception::{OnExceptionCheckpoint, OnExceptionCheckpointConfig};
 pub use progress::ProgressBar;
 pub use progress_bar_metrics::{LazyValue, ProgressBarMetrics};
 pub use swa::{AnnealingStrategy, StochasticWeightAveraging, SwaConfig, SwaEpochStart};
+pub use throughput::{Throughput, ThroughputConfig, ThroughputMonitor};
 pub use timer::{Timer, TimerClock, TimerConfig, TimerInterval};
 pub use weight_averaging::AveragedWeights;
 
@@ -84,6 +86,9 @@ pub struct TrainerState {
     pub batches_done: usize,
     /// Training batches per epoch.
     pub num_training_batches: usize,
+    /// Items (samples) in the training batch just run: the loader's batch size, or fewer in
+    /// an epoch's last batch.
+    pub batch_size: usize,
     /// Batches of the evaluation pass running (validation, test or predict), of the loader
     /// running when there are several.
     pub num_eval_batches: usize,

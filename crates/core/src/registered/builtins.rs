@@ -7,7 +7,8 @@ use serde_json::Value;
 use super::{Plugins, RegistryError};
 use crate::callbacks::{
     BackboneFinetuning, DeviceStatsMonitor, EMAWeightAveraging, EarlyStopping, LearningRateMonitor,
-    ModelCheckpoint, OnExceptionCheckpoint, ProgressBar, StochasticWeightAveraging, Timer,
+    ModelCheckpoint, OnExceptionCheckpoint, ProgressBar, StochasticWeightAveraging,
+    ThroughputMonitor, Timer,
 };
 use crate::catalog::PrecisionInfo;
 use crate::loggers::{CsvLogger, MlflowLogger, TensorBoardLogger};
@@ -151,6 +152,11 @@ fn callbacks(plugins: Plugins) -> Result<Plugins, RegistryError> {
             "OnExceptionCheckpoint",
             "save a checkpoint when fit fails (dirpath, filename)",
             |args| Ok(OnExceptionCheckpoint::new(settings("OnExceptionCheckpoint", args)?)),
+        )?
+        .register_callback(
+            "ThroughputMonitor",
+            "log batches, samples, items and FLOPs per second and MFU (window_size, items_per_sample, flops_per_sample, available_flops)",
+            |args| ThroughputMonitor::new(settings("ThroughputMonitor", args)?),
         )?
         .register_callback(
             "Timer",

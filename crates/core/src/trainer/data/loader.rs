@@ -317,6 +317,7 @@ impl<I> Loader<I> {
             taken: 0,
             skip: self.skip_failed_items,
             skipped: Vec::new(),
+            last_len: 0,
         };
         Ok(pass.started())
     }

@@ -168,9 +168,16 @@ pub struct Batches<'a, I> {
     pub(super) skip: bool,
     /// What was said of the items left out so far.
     pub(super) skipped: Vec<String>,
+    /// Items in the batch handed out last.
+    pub(super) last_len: usize,
 }
 
 impl<I> Batches<'_, I> {
+    /// Items in the batch [`next_batch_scoped`](Self::next_batch_scoped) handed out last.
+    pub(crate) fn last_len(&self) -> usize {
+        self.last_len
+    }
+
     /// Starts the pass: its first batches go to the workers.
     pub(super) fn started(mut self) -> Self {
         if let Some(pool) = self.pool() {
@@ -275,6 +282,7 @@ impl<I> Batches<'_, I> {
             return Ok(None);
         };
         let batch_idx = self.first + self.taken - 1;
+        self.last_len = items.len();
         scope(device, Some(items.len()));
         let made = catch_unwind(AssertUnwindSafe(|| batcher.batch(items, device)));
         scope(device, None);

@@ -67,6 +67,7 @@ where
             )
         } {
             let span = self.trainer.profiler.span("training batch");
+            self.run.state.batch_size = batches.last_len();
             lockstep::at_step(Some(self.run.state.global_step));
             self = self.train_batch(batch_idx, batch)?;
             tried!(self, self.fit_hook(|c, x| c.on_train_batch_end(x)));
