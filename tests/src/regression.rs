@@ -8,7 +8,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use ember::{
     DataModule, Hparams, LightningModule, Loader, LogOptions, Optimizers, Reduce, StepLog,
-    TrainingModule, optim,
+    TrainerOptions, TrainingModule, optim,
 };
 
 /// burn-flex's random generator is one per process: tests that seed it and then draw initial
@@ -166,4 +166,27 @@ impl<B: Backend> LightningModule<B> for Regression<B> {
             LogOptions::default().batch_size(n),
         );
     }
+}
+
+/// Options for a quiet run of `max_epochs` epochs writing under `root`: seed 7, no progress bar
+/// or model summary.
+pub fn quiet_options(root: &std::path::Path, max_epochs: u64) -> TrainerOptions {
+    TrainerOptions {
+        seed: Some(7),
+        enable_progress_bar: false,
+        enable_model_summary: false,
+        default_root_dir: root.to_owned(),
+        max_epochs: Some(max_epochs),
+        ..TrainerOptions::default()
+    }
+}
+
+/// The bits of the model's weight and bias, to compare two runs bitwise.
+pub fn weight_bits<B: Backend>(model: &Regression<B>) -> Vec<u32> {
+    let linear = &model.linear;
+    let mut w = linear.weight.val().into_data().to_vec::<f32>().unwrap();
+    if let Some(bias) = &linear.bias {
+        w.extend(bias.val().into_data().to_vec::<f32>().unwrap());
+    }
+    w.into_iter().map(f32::to_bits).collect()
 }

@@ -21,7 +21,7 @@ use ember::{
     FitOutcome, Hparams, LightningModule, Optimizers, StepLog, Trainer, TrainerOptions,
     TrainingModule, optim,
 };
-use ember_acceptance::regression::{Batch, Regression, data, serial};
+use ember_acceptance::regression::{Batch, Regression, data, quiet_options, serial, weight_bits};
 
 type B = Autodiff<Flex>;
 
@@ -82,14 +82,7 @@ impl Callback for Arm {
 
 /// Options for a quiet 3-epoch run (4 training batches an epoch) writing under `root`.
 fn options(root: &Path) -> TrainerOptions {
-    TrainerOptions {
-        seed: Some(7),
-        enable_progress_bar: false,
-        enable_model_summary: false,
-        default_root_dir: root.to_owned(),
-        max_epochs: Some(3),
-        ..TrainerOptions::default()
-    }
+    quiet_options(root, 3)
 }
 
 fn fit(
@@ -105,19 +98,7 @@ fn fit(
 }
 
 fn weights(model: &Fragile<B>) -> Vec<u32> {
-    let linear = &model.inner.linear;
-    let mut w = linear.weight.val().into_data().to_vec::<f32>().unwrap();
-    w.extend(
-        linear
-            .bias
-            .as_ref()
-            .unwrap()
-            .val()
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap(),
-    );
-    w.into_iter().map(f32::to_bits).collect()
+    weight_bits(&model.inner)
 }
 
 fn global_step(path: &Path) -> u64 {

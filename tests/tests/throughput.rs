@@ -10,7 +10,7 @@ use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::callbacks::{Callback, CallbackContext, ThroughputConfig, ThroughputMonitor};
 use ember::{Trainer, TrainerOptions};
-use ember_acceptance::regression::{Regression, data, serial};
+use ember_acceptance::regression::{Regression, data, quiet_options, serial};
 
 type B = Autodiff<Flex>;
 
@@ -30,13 +30,8 @@ impl Callback for Metrics {
 
 fn options(root: &Path) -> TrainerOptions {
     TrainerOptions {
-        seed: Some(7),
-        enable_progress_bar: false,
-        enable_model_summary: false,
-        default_root_dir: root.to_owned(),
-        max_epochs: Some(3),
         log_every_n_steps: 1,
-        ..TrainerOptions::default()
+        ..quiet_options(root, 3)
     }
 }
 

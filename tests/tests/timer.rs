@@ -13,20 +13,13 @@ use burn_flex::{Flex, FlexDevice};
 use ember::callbacks::{Callback, Timer, TimerConfig, TimerInterval};
 use ember::checkpoint::Checkpoint;
 use ember::{FitOutcome, Stage, Trainer, TrainerOptions};
-use ember_acceptance::regression::{Regression, data, serial};
+use ember_acceptance::regression::{Regression, data, quiet_options, serial, weight_bits};
 
 type B = Autodiff<Flex>;
 
 /// Options for a quiet 3-epoch run (4 training batches an epoch) writing under `root`.
 fn options(root: &Path) -> TrainerOptions {
-    TrainerOptions {
-        seed: Some(7),
-        enable_progress_bar: false,
-        enable_model_summary: false,
-        default_root_dir: root.to_owned(),
-        max_epochs: Some(3),
-        ..TrainerOptions::default()
-    }
+    quiet_options(root, 3)
 }
 
 fn fit(options: TrainerOptions, callbacks: Vec<Box<dyn Callback>>) -> FitOutcome<Regression<B>> {
@@ -43,28 +36,6 @@ fn timer(duration: Option<Duration>, interval: TimerInterval) -> Timer {
         interval,
         verbose: false,
     })
-}
-
-fn weights(model: &Regression<B>) -> Vec<u32> {
-    let mut w = model
-        .linear
-        .weight
-        .val()
-        .into_data()
-        .to_vec::<f32>()
-        .unwrap();
-    w.extend(
-        model
-            .linear
-            .bias
-            .as_ref()
-            .unwrap()
-            .val()
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap(),
-    );
-    w.into_iter().map(f32::to_bits).collect()
 }
 
 /// The training seconds the Timer's state in the checkpoint at `path` records.
@@ -114,7 +85,7 @@ fn a_spent_budget_stops_fit_after_the_step_with_a_checkpoint_that_resumes_exactl
     };
     let resumed = fit(resumed, vec![]);
     assert_eq!(resumed.global_step, 12);
-    assert_eq!(weights(&resumed.model), weights(&whole.model));
+    assert_eq!(weight_bits(&resumed.model), weight_bits(&whole.model));
 }
 
 #[test]
