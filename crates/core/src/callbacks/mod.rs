@@ -141,6 +141,17 @@ pub struct TrainerState {
     pub recompute_batch_norm: bool,
 }
 
+/// Where a callback that saves checkpoints writes them: `dirpath` when given, else the run's
+/// checkpoint directory (`<log_dir>/checkpoints`, or `<default_root_dir>/checkpoints` without a
+/// logger).
+pub(crate) fn checkpoint_dir(dirpath: Option<&Path>, state: &TrainerState) -> PathBuf {
+    match (dirpath, &state.log_dir) {
+        (Some(dir), _) => dir.to_owned(),
+        (None, Some(log_dir)) => log_dir.join("checkpoints"),
+        (None, None) => state.default_root_dir.join("checkpoints"),
+    }
+}
+
 /// A learning rate a callback set for optimizer 0 ([`TrainerState::lr_override`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LrOverride {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{Callback, CallbackContext, Mode, TrainerState};
+use super::{Callback, CallbackContext, Mode, TrainerState, checkpoint_dir};
 use crate::error::list;
 
 /// ModelCheckpoint's settings (`init_args` in config).
@@ -101,11 +101,7 @@ impl ModelCheckpoint {
     }
 
     fn dir(&self, state: &TrainerState) -> PathBuf {
-        match (&self.config.dirpath, &state.log_dir) {
-            (Some(d), _) => d.clone(),
-            (None, Some(log_dir)) => log_dir.join("checkpoints"),
-            (None, None) => state.default_root_dir.join("checkpoints"),
-        }
+        checkpoint_dir(self.config.dirpath.as_deref(), state)
     }
 
     fn file_name(&self, state: &TrainerState) -> String {

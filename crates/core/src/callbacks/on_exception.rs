@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{Callback, CallbackContext};
+use super::{Callback, CallbackContext, checkpoint_dir};
 use crate::stage::Stage;
 
 /// OnExceptionCheckpoint's settings.
@@ -61,12 +61,7 @@ impl Callback for OnExceptionCheckpoint {
         if !state.is_global_zero || state.fast_dev_run || !fitting {
             return;
         }
-        let dir = match &self.config.dirpath {
-            Some(dir) => dir.clone(),
-            None => (state.log_dir.as_ref())
-                .unwrap_or(&state.default_root_dir)
-                .join("checkpoints"),
-        };
+        let dir = checkpoint_dir(self.config.dirpath.as_deref(), state);
         let path = dir.join(format!("{}.ckpt", self.config.filename));
         let step = state.global_step;
         if !ctx.can_save() {

@@ -76,8 +76,7 @@ impl Throughput {
         metrics.insert("time".into(), seconds);
         metrics.insert("batches".into(), batches as f64);
         metrics.insert("samples".into(), samples as f64);
-        let &(first_seconds, first_batches, first_samples) =
-            self.window.front().unwrap_or(&(0.0, 0, 0));
+        let (first_seconds, first_batches, first_samples) = self.window[0];
         let elapsed = seconds - first_seconds;
         if self.window.len() < self.config.window_size.max(2) || elapsed <= 0.0 {
             return metrics;

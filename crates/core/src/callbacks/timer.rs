@@ -1,7 +1,6 @@
 //! Timer: the time each stage has taken, and a training-time budget that stops `fit` when it is
 //! spent (Lightning's `Timer`, which `--trainer.max_time` adds).
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,7 +8,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use super::{Callback, CallbackContext};
-use crate::options::parse_duration;
+use crate::options::{duration_text, parse_duration};
 use crate::stage::Stage;
 
 /// When the budget is checked.
@@ -56,38 +55,45 @@ fn budget<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error>
     }
 }
 
-/// The stages as checkpoints name them (Lightning's names).
-const STAGES: [(Stage, &str); 4] = [
-    (Stage::Fit, "train"),
-    (Stage::Validate, "validate"),
-    (Stage::Test, "test"),
-    (Stage::Predict, "predict"),
-];
+/// Each stage's name in checkpoints (Lightning's), in [`Stage::ALL`]'s order.
+const NAMES: [&str; 4] = ["train", "validate", "test", "predict"];
 
-/// When each stage last started and ended, and the training time of the runs before a resume.
+/// `stage`'s place in [`Stage::ALL`] (and [`NAMES`]).
+fn index(stage: Stage) -> usize {
+    Stage::ALL.iter().position(|s| *s == stage).unwrap_or(0)
+}
+
+/// When a stage last started, and when it ended if it has.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: Instant,
+    end: Option<Instant>,
+}
+
+/// Each stage's latest span, and the training time of the runs before a resume.
 #[derive(Debug, Default)]
 struct Times {
-    started: BTreeMap<&'static str, Instant>,
-    ended: BTreeMap<&'static str, Instant>,
+    spans: [Option<Span>; 4],
     trained_before: Duration,
 }
 
-fn key(stage: Stage) -> &'static str {
-    STAGES
-        .iter()
-        .find(|(s, _)| *s == stage)
-        .map_or("train", |(_, k)| k)
-}
-
 impl Times {
-    fn start(&mut self, stage: Stage) {
-        self.started.insert(key(stage), Instant::now());
-        self.ended.remove(key(stage));
+    fn running(&self, stage: Stage) -> bool {
+        self.spans[index(stage)].is_some_and(|span| span.end.is_none())
     }
 
+    fn start(&mut self, stage: Stage) {
+        let start = Instant::now();
+        self.spans[index(stage)] = Some(Span { start, end: None });
+    }
+
+    /// Ends `stage`'s span if it is running.
     fn end(&mut self, stage: Stage) {
-        if self.started.contains_key(key(stage)) {
-            self.ended.insert(key(stage), Instant::now());
+        if let Some(span) = self.spans[index(stage)]
+            .as_mut()
+            .filter(|s| s.end.is_none())
+        {
+            span.end = Some(Instant::now());
         }
     }
 
@@ -96,15 +102,11 @@ impl Times {
             Stage::Fit => self.trained_before,
             _ => Duration::ZERO,
         };
-        let Some(&start) = self.started.get(key(stage)) else {
-            return before;
-        };
-        let end = self
-            .ended
-            .get(key(stage))
-            .copied()
-            .unwrap_or_else(Instant::now);
-        before + end.duration_since(start)
+        let span = self.spans[index(stage)];
+        before
+            + span.map_or(Duration::ZERO, |s| {
+                s.end.unwrap_or_else(Instant::now).duration_since(s.start)
+            })
     }
 }
 
@@ -172,23 +174,11 @@ impl Timer {
         if self.config.verbose && ctx.state.is_global_zero && !ctx.state.should_stop {
             eprintln!(
                 "Time limit reached: {} of training. Stopping.",
-                clock_text(elapsed)
+                duration_text(elapsed)
             );
         }
         ctx.state.should_stop = true;
     }
-}
-
-/// A duration as `D:HH:MM:SS` (whole seconds).
-fn clock_text(d: Duration) -> String {
-    let s = d.as_secs();
-    format!(
-        "{}:{:02}:{:02}:{:02}",
-        s / 86_400,
-        s % 86_400 / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
 }
 
 impl Callback for Timer {
@@ -197,13 +187,10 @@ impl Callback for Timer {
     }
 
     fn state(&self) -> Option<Value> {
-        let elapsed: serde_json::Map<String, Value> = STAGES
-            .iter()
-            .map(|&(stage, name)| {
-                (
-                    name.to_owned(),
-                    json!(self.clock.time_elapsed(stage).as_secs_f64()),
-                )
+        let elapsed: serde_json::Map<String, Value> = (Stage::ALL.iter().zip(NAMES))
+            .map(|(&stage, name)| {
+                let seconds = self.clock.time_elapsed(stage).as_secs_f64();
+                (name.to_owned(), json!(seconds))
             })
             .collect();
         Some(json!({ "time_elapsed": elapsed }))
@@ -233,8 +220,7 @@ impl Callback for Timer {
 
     fn on_train_epoch_start(&mut self, _: &mut CallbackContext<'_>) -> anyhow::Result<()> {
         let mut times = self.clock.times();
-        if !times.started.contains_key(key(Stage::Fit)) || times.ended.contains_key(key(Stage::Fit))
-        {
+        if !times.running(Stage::Fit) {
             times.start(Stage::Fit);
         }
         Ok(())
@@ -279,11 +265,9 @@ impl Callback for Timer {
     }
 
     fn teardown(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        let mut times = self.clock.times();
-        match ctx.state.stage {
-            Some(Stage::Fit) if !times.ended.contains_key(key(Stage::Fit)) => times.end(Stage::Fit),
-            Some(Stage::Predict) => times.end(Stage::Predict),
-            _ => {}
+        // What is still running ends here (a failed fit; predict, which has no end hook).
+        if let Some(stage) = ctx.state.stage {
+            self.clock.times().end(stage);
         }
         Ok(())
     }

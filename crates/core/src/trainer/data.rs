@@ -30,6 +30,7 @@ pub use shards::{ShardFormat, Shards, TokenWindows};
 pub(crate) use source::mix64;
 pub use source::{DataSource, ItemKey};
 pub use workers::Batches;
+pub(crate) use workers::panic_message;
 
 use crate::stage::Stage;
 

@@ -60,12 +60,17 @@ fn from_table(table: &Map<String, Value>) -> Result<Duration, String> {
 
 /// A budget as a config value: `DD:HH:MM:SS` when it is whole seconds, else `{seconds: S}`.
 pub fn write_duration(duration: &Duration) -> Value {
-    if duration.subsec_nanos() != 0 {
-        return json!({ "seconds": duration.as_secs_f64() });
+    match duration.subsec_nanos() {
+        0 => json!(duration_text(*duration)),
+        _ => json!({ "seconds": duration.as_secs_f64() }),
     }
+}
+
+/// `DD:HH:MM:SS` of the whole seconds of `duration`.
+pub fn duration_text(duration: Duration) -> String {
     let s = duration.as_secs();
     let (days, hours, minutes, seconds) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60, s % 60);
-    json!(format!("{days:02}:{hours:02}:{minutes:02}:{seconds:02}"))
+    format!("{days:02}:{hours:02}:{minutes:02}:{seconds:02}")
 }
 
 /// `max_time`: a budget, or null for none.

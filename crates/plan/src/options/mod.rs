@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use crate::error::{FlagError, PlanResult, render};
 pub use batch_size_find::{BatchSizeFind, BatchSizeFindChoice, ScaleMode};
 pub use callbacks::{CallbackSpec, Callbacks, callback_key, unknown_callback};
-pub use duration::{MaxTime, parse_duration, write_duration};
+pub use duration::{MaxTime, duration_text, parse_duration, write_duration};
 pub use lr_find::{LrFind, LrFindChoice, SweepMode};
 pub use values::{
     CheckpointWrites, ClipAlgorithm, Count, CountOrNull, DEFAULT_LOGGER, Directory, EpochLimit,

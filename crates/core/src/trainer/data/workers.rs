@@ -49,7 +49,7 @@ fn make_items<I>(
 }
 
 /// What a panic said, when it said it with a string.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     (panic.downcast_ref::<&str>().copied())
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")

@@ -6,13 +6,13 @@
 //! callbacks afterwards without it, as any failure outside `fit` does. The loops mark the calls
 //! that may fail with `tried!` (in `loops/mod.rs`).
 
-use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use burn::tensor::backend::AutodiffBackend;
 
 use super::fit::FitLoop;
 use crate::callbacks::{Callback, CallbackContext};
+use crate::trainer::data::panic_message;
 use crate::trainer::module::TrainingModule;
 
 impl<B, M> FitLoop<'_, B, M>
@@ -47,19 +47,10 @@ where
         match catch_unwind(AssertUnwindSafe(|| f(self))) {
             Ok(value) => value,
             Err(panic) => {
-                let error = anyhow::anyhow!("training_step panicked: {}", message(&*panic));
+                let error = anyhow::anyhow!("training_step panicked: {}", panic_message(&*panic));
                 self.failed(error);
                 resume_unwind(panic)
             }
         }
-    }
-}
-
-/// What a panic said.
-fn message(panic: &(dyn Any + Send)) -> &str {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(s), _) => s,
-        (_, Some(s)) => s,
-        _ => "(no message)",
     }
 }
