@@ -8,6 +8,7 @@ use std::time::Instant;
 use serde::Deserialize;
 
 use super::{Callback, CallbackContext};
+use crate::error::{FlagError, PlanResult};
 
 /// ThroughputMonitor's settings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -129,13 +130,16 @@ pub struct ThroughputMonitor {
 }
 
 impl ThroughputMonitor {
-    /// A monitor with these settings.
-    pub fn new(config: ThroughputConfig) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            config.window_size >= 2,
-            "ThroughputMonitor: window_size {} is too small to measure a rate over (at least 2)",
-            config.window_size
-        );
+    /// A monitor with these settings; `window_size` must be at least 2 (a rate needs two
+    /// batch ends).
+    pub fn new(config: ThroughputConfig) -> PlanResult<Self> {
+        if config.window_size < 2 {
+            return Err(FlagError::new(
+                "--trainer.callbacks",
+                config.window_size.to_string(),
+                "ThroughputMonitor window_size must be an integer >= 2 (a rate needs two batch ends)",
+            ));
+        }
         Ok(Self {
             throughput: Throughput::new(config),
             started: None,

@@ -156,7 +156,7 @@ fn callbacks(plugins: Plugins) -> Result<Plugins, RegistryError> {
         .register_callback(
             "ThroughputMonitor",
             "log batches, samples, items and FLOPs per second and MFU (window_size, items_per_sample, flops_per_sample, available_flops)",
-            |args| ThroughputMonitor::new(settings("ThroughputMonitor", args)?),
+            |args| Ok(ThroughputMonitor::new(settings("ThroughputMonitor", args)?)?),
         )?
         .register_callback(
             "Timer",
