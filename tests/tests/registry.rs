@@ -250,7 +250,8 @@ fn the_built_ins_are_registered_as_a_users_plugins_are_and_hold_their_names() {
             && callbacks.contains(&"Timer".to_owned())
             && callbacks.contains(&"OnExceptionCheckpoint".to_owned())
             && callbacks.contains(&"ThroughputMonitor".to_owned())
-            && callbacks.len() == 11,
+            && callbacks.contains(&"PredictionWriter".to_owned())
+            && callbacks.len() == 12,
         "{callbacks:?}"
     );
     assert_eq!(names("Loggers"), ["csv", "tensorboard", "mlflow"]);

@@ -158,11 +158,12 @@ pub mod callbacks {
     pub use ember_core::callbacks::{
         AnnealingStrategy, AveragedWeights, BackboneFinetuning, BackboneFinetuningConfig,
         BuiltCallbacks, Callback, CallbackContext, CheckpointTensors, DeviceStatsMonitor,
-        EMAWeightAveraging, EarlyStopping, EarlyStoppingConfig, EmaConfig, Freeze,
-        LearningRateMonitor, LrOverride, Mode, ModelCheckpoint, ModelCheckpointConfig,
-        OnExceptionCheckpoint, OnExceptionCheckpointConfig, ProgressBar, ProgressBarMetrics,
-        StochasticWeightAveraging, SwaConfig, SwaEpochStart, Throughput, ThroughputConfig,
-        ThroughputMonitor, Timer, TimerClock, TimerConfig, TimerInterval, TrainerState,
+        EMAWeightAveraging, EarlyStopping, EarlyStoppingConfig, EmaConfig, Freeze, JsonLinesConfig,
+        JsonLinesWriter, LearningRateMonitor, LrOverride, Mode, ModelCheckpoint,
+        ModelCheckpointConfig, OnExceptionCheckpoint, OnExceptionCheckpointConfig, PredictedBatch,
+        PredictionWriter, ProgressBar, ProgressBarMetrics, StochasticWeightAveraging, SwaConfig,
+        SwaEpochStart, Throughput, ThroughputConfig, ThroughputMonitor, Timer, TimerClock,
+        TimerConfig, TimerInterval, TrainerState, WriteInterval, WritePredictions,
     };
 }
 

@@ -243,6 +243,45 @@ fn predict_under_ddp_shards_the_batches_and_rank_0_prints_them_in_order() {
         two, one,
         "2 ranks print the predictions of one process, once, in order"
     );
+    // The same under a PredictionWriter with return_predictions off: nothing printed, each
+    // rank's file holds its contiguous share, and the files in rank order hold every item.
+    let writer =
+        "--trainer.callbacks=[{class_path: PredictionWriter, init_args: {output_dir: preds}}]";
+    let written = digits(
+        dir.path(),
+        &[
+            "predict",
+            &ckpt,
+            "--trainer.logger=false",
+            "--trainer.devices=2",
+            "--trainer.return_predictions=false",
+            writer,
+        ],
+    );
+    assert!(written.status.success(), "{}", text(&written.stderr));
+    assert_eq!(text(&written.stdout), "", "nothing is returned to print");
+    let mut items = Vec::new();
+    let mut batch_idx = 0;
+    for rank in 0..2 {
+        let file = dir
+            .path()
+            .join(format!("preds/predictions-rank{rank}.jsonl"));
+        let lines = std::fs::read_to_string(&file).unwrap();
+        assert!(lines.lines().count() > 1, "rank {rank} predicts a share");
+        for line in lines.lines() {
+            let batch: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                batch["batch_idx"], batch_idx,
+                "batches follow on across ranks"
+            );
+            batch_idx += 1;
+            items.extend(batch["prediction"].as_array().unwrap().clone());
+        }
+    }
+    let printed: Vec<serde_json::Value> = (one.lines())
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(items, printed, "the files hold what one process prints");
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod finetuning;
 mod lr_monitor;
 mod model_checkpoint;
 mod on_exception;
+mod prediction_writer;
 mod progress;
 mod progress_bar_metrics;
 mod swa;
@@ -37,6 +38,10 @@ pub use finetuning::{BackboneFinetuning, BackboneFinetuningConfig, Freeze};
 pub use lr_monitor::LearningRateMonitor;
 pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointConfig};
 pub use on_exception::{OnExceptionCheckpoint, OnExceptionCheckpointConfig};
+pub use prediction_writer::{
+    JsonLinesConfig, JsonLinesWriter, PredictedBatch, PredictionWriter, WriteInterval,
+    WritePredictions,
+};
 pub use progress::ProgressBar;
 pub use progress_bar_metrics::{LazyValue, ProgressBarMetrics};
 pub use swa::{AnnealingStrategy, StochasticWeightAveraging, SwaConfig, SwaEpochStart};
@@ -115,6 +120,8 @@ pub struct TrainerState {
     pub log_dir: Option<PathBuf>,
     /// Whether this process is global rank 0 (the one that writes).
     pub is_global_zero: bool,
+    /// This process's rank among all of the run's (Lightning's `trainer.global_rank`).
+    pub global_rank: usize,
     /// Processes in the run (Lightning's `trainer.world_size`).
     pub world_size: usize,
     /// Steps between step-metric writes.
@@ -428,8 +435,22 @@ pub trait Callback {
     fn on_test_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
         Ok(())
     }
-    /// After each predict batch.
-    fn on_predict_batch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
+    /// After each predict batch, with its prediction (Lightning's `outputs`).
+    fn on_predict_batch_end(
+        &mut self,
+        ctx: &mut CallbackContext<'_>,
+        batch: &PredictedBatch,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// After every predict loader has run: this rank's predictions of all of them, in order,
+    /// when they were kept (`--trainer.return_predictions`, or a callback that
+    /// [`keeps_predictions`](Self::keeps_predictions)); none otherwise.
+    fn on_predict_epoch_end(
+        &mut self,
+        ctx: &mut CallbackContext<'_>,
+        predictions: &[PredictedBatch],
+    ) -> anyhow::Result<()> {
         Ok(())
     }
     /// End of `fit`, when it ended without error.
@@ -446,6 +467,11 @@ pub trait Callback {
         Ok(())
     }
 
+    /// Whether `on_predict_epoch_end` needs this rank's predictions (a writer that writes them
+    /// all at once): `predict` then keeps them even with `return_predictions` off.
+    fn keeps_predictions(&self) -> bool {
+        false
+    }
     /// Whether this is a ModelCheckpoint (then the Trainer adds no default one).
     fn is_model_checkpoint(&self) -> bool {
         false

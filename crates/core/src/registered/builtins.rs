@@ -6,9 +6,9 @@ use serde_json::Value;
 
 use super::{Plugins, RegistryError};
 use crate::callbacks::{
-    BackboneFinetuning, DeviceStatsMonitor, EMAWeightAveraging, EarlyStopping, LearningRateMonitor,
-    ModelCheckpoint, OnExceptionCheckpoint, ProgressBar, StochasticWeightAveraging,
-    ThroughputMonitor, Timer,
+    BackboneFinetuning, DeviceStatsMonitor, EMAWeightAveraging, EarlyStopping, JsonLinesWriter,
+    LearningRateMonitor, ModelCheckpoint, OnExceptionCheckpoint, ProgressBar,
+    StochasticWeightAveraging, ThroughputMonitor, Timer,
 };
 use crate::catalog::PrecisionInfo;
 use crate::loggers::{CsvLogger, MlflowLogger, TensorBoardLogger};
@@ -157,6 +157,11 @@ fn callbacks(plugins: Plugins) -> Result<Plugins, RegistryError> {
             "ThroughputMonitor",
             "log batches, samples, items and FLOPs per second and MFU (window_size, items_per_sample, flops_per_sample, available_flops)",
             |args| Ok(ThroughputMonitor::new(settings("ThroughputMonitor", args)?)?),
+        )?
+        .register_callback(
+            "PredictionWriter",
+            "write predict's results as JSON lines, a file per rank (output_dir, write_interval: batch or epoch)",
+            |args| Ok(JsonLinesWriter::callback(settings("PredictionWriter", args)?)?),
         )?
         .register_callback(
             "Timer",

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::data::{DataModule, FromDataModule, Loader};
 use super::loops::evaluation::EvaluationLoop;
-use super::loops::prediction::PredictionLoop;
+use super::loops::prediction::{self, PredictionLoop};
 use super::loops::schedule;
 use super::module::LightningModule;
 use super::{Inner, Trainer, weights};
@@ -48,7 +48,10 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// Predictions for every batch of `data`'s predict loader, in order, each read as `T`
     /// (the type `predict_step` gave [`Prediction::of`](super::module::Prediction::of), or
     /// `serde_json::Value`). With several processes each predicts a contiguous share of the
-    /// batches and rank 0 returns them all, in order (the other ranks return none). A data
+    /// batches and rank 0 returns them all, in order (the other ranks return none). Each is
+    /// handed to the callbacks as it is made (a
+    /// [`PredictionWriter`](crate::callbacks::PredictionWriter) writes them); with the option
+    /// `return_predictions` off none is kept for returning, and the list is empty. A data
     /// module with several predict loaders is predicted by [`predict_each`](Self::predict_each).
     pub fn predict<M, D, T>(&mut self, model: M, data: &mut D) -> anyhow::Result<Vec<T>>
     where
@@ -108,14 +111,29 @@ impl<B: AutodiffBackend> Trainer<B> {
         let (loaders, model) = self.agree(checked)?;
         let mut run = self.start(Stage::Predict)?;
         let batcher = D::Batcher::from_data_module(data);
-        let result = (loaders.iter().enumerate())
-            .map(|(index, loader)| {
+        let returned = self.options.return_predictions;
+        let keep = returned || run.callbacks.iter().any(|c| c.keeps_predictions());
+        let result = (|| {
+            let mut kept = Vec::new();
+            for (index, loader) in loaders.iter().enumerate() {
                 let limit = self.options.limit_predict_batches;
                 let batches = schedule::eval_batches(&self.options, limit, loader.num_batches());
                 run.state.dataloader_idx = index;
-                PredictionLoop { batches }.run(self, &mut run, &model, (loader, &batcher))
-            })
-            .collect::<anyhow::Result<Vec<_>>>();
+                let pass = PredictionLoop { batches, keep };
+                kept.extend(pass.run(self, &mut run, &model, (loader, &batcher))?);
+            }
+            run.hook(|c, x| c.on_predict_epoch_end(x, &kept))?;
+            let mut each = vec![Vec::new(); loaders.len()];
+            for batch in kept.into_iter().filter(|_| returned) {
+                each[batch.dataloader_idx].push(batch.prediction);
+            }
+            match returned {
+                true => (each.into_iter())
+                    .map(|values| prediction::gather(self, values))
+                    .collect(),
+                false => Ok(each),
+            }
+        })();
         let loaders = self.finish(run, result)?;
         (loaders.into_iter().enumerate())
             .map(|(index, values)| {

@@ -357,6 +357,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             default_root_dir: o.default_root_dir.clone(),
             log_dir: self.log_dir().map(Path::to_owned),
             is_global_zero: self.is_global_zero(),
+            global_rank: self.collective().rank(),
             world_size: self.collective().world_size(),
             log_every_n_steps: o.log_every_n_steps,
             fast_dev_run: o.fast_dev_run > 0,

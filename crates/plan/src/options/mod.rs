@@ -178,6 +178,11 @@ options_table! {
     /// Predict batches, as `limit_train_batches`.
     limit_predict_batches: Limit = Limit::Fraction(1.0), Limit,
         "batches to predict: a count or a fraction";
+    /// `predict` returns the predictions (the command line prints them); `false`: they are
+    /// only handed to the callbacks as they are made (a `PredictionWriter` writes them), so
+    /// memory holds a batch's, and `predict` returns an empty list per loader.
+    return_predictions: bool = true, Flag,
+        "predict: return (print) the predictions; false to leave them to a PredictionWriter";
     /// Validate every N training batches, or every fraction of an epoch.
     val_check_interval: Limit = Limit::Fraction(1.0), Interval,
         "validate every N training batches, or every fraction of an epoch";

@@ -258,7 +258,11 @@ impl<I> Loader<I> {
     }
 
     /// The item indices of each batch of `epoch`, made as they are asked for.
-    fn batch_order(&self, seed: u64, epoch: u64) -> Box<dyn Iterator<Item = Vec<usize>> + Send> {
+    pub(crate) fn batch_order(
+        &self,
+        seed: u64,
+        epoch: u64,
+    ) -> Box<dyn Iterator<Item = Vec<usize>> + Send> {
         let mut items: Box<dyn Iterator<Item = usize> + Send> = match &self.stream {
             Some(stream) => Box::new(stream.order(self.shuffle, seed, epoch, self.shard)),
             None => {

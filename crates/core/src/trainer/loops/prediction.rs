@@ -1,6 +1,7 @@
-//! The prediction loop: `predict_step` over the predict loader's batches. With several ranks
-//! each predicts a contiguous run of the batches (the same batches one process would make)
-//! and rank 0 gathers them back in dataset order.
+//! The prediction loop: `predict_step` over the predict loader's batches, each handed to the
+//! callbacks as it is made. With several ranks each predicts a contiguous run of the batches
+//! (the same batches one process would make); rank 0 gathers what they kept back in dataset
+//! order.
 
 use std::ops::Range;
 
@@ -9,6 +10,7 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
+use crate::callbacks::PredictedBatch;
 use crate::plugins::shard::Shard;
 use crate::trainer::data::Loader;
 use crate::trainer::module::LightningModule;
@@ -20,18 +22,21 @@ use crate::trainer::{Inner, Trainer};
 pub struct PredictionLoop {
     /// Batches to predict, across all ranks.
     pub batches: usize,
+    /// Whether the predictions are kept after the callbacks saw them (to be returned, or for
+    /// a callback's `on_predict_epoch_end`).
+    pub keep: bool,
 }
 
 impl PredictionLoop {
-    /// Runs `predict_step` on this rank's batches; returns every prediction in batch order on
-    /// rank 0 (and in a one-process run), nothing on the other ranks.
+    /// Runs `predict_step` on this rank's batches and hands each prediction to the callbacks;
+    /// returns this rank's, in batch order, when they are kept.
     pub fn run<B, P, I, Bt>(
         self,
         trainer: &Trainer<B>,
         run: &mut Run,
         model: &P,
         (loader, batcher): (&Loader<I>, &Bt),
-    ) -> anyhow::Result<Vec<Value>>
+    ) -> anyhow::Result<Vec<PredictedBatch>>
     where
         B: AutodiffBackend,
         P: LightningModule<Inner<B>>,
@@ -40,8 +45,9 @@ impl PredictionLoop {
     {
         let mine = batches_of(trainer.shard(), self.batches.min(loader.num_batches()));
         run.state.num_eval_batches = mine.len();
-        let mut outputs = Vec::with_capacity(mine.len());
+        let mut kept = Vec::with_capacity(if self.keep { mine.len() } else { 0 });
         let first = mine.start;
+        let mut indices = loader.batch_order(trainer.seed, 0).skip(first);
         let mut batches = loader.pass(trainer.seed, 0, mine)?;
         while let Some((batch_idx, batch)) = {
             let _span = trainer.profiler.span("data fetch");
@@ -51,29 +57,45 @@ impl PredictionLoop {
                 trainer.batch_scope,
             )?
         } {
-            let i = batch_idx - first;
             let span = trainer.profiler.span("predict step");
-            outputs.push(model.predict_step(batch).into_value()?);
+            let predicted = PredictedBatch {
+                dataloader_idx: run.state.dataloader_idx,
+                batch_idx,
+                batch_indices: indices.next().unwrap_or_default(),
+                prediction: model.predict_step(batch).into_value()?,
+            };
             drop(span);
-            run.state.batch_idx = i;
-            run.hook(|c, x| c.on_predict_batch_end(x))?;
+            run.state.batch_idx = batch_idx - first;
+            run.hook(|c, x| c.on_predict_batch_end(x, &predicted))?;
+            if self.keep {
+                kept.push(predicted);
+            }
         }
-        let Some(ranks) = trainer.ranks() else {
-            return Ok(outputs);
-        };
-        let bytes = serde_json::to_vec(&outputs).context("encoding this rank's predictions")?;
-        let gathered = ranks.all_gather(&bytes)?;
-        if ranks.rank() != 0 {
-            return Ok(Vec::new());
-        }
-        let mut all = Vec::with_capacity(self.batches);
-        for (rank, bytes) in gathered.iter().enumerate() {
-            let part: Vec<Value> = serde_json::from_slice(bytes)
-                .with_context(|| format!("decoding the predictions of rank {rank}"))?;
-            all.extend(part);
-        }
-        Ok(all)
+        Ok(kept)
     }
+}
+
+/// Every rank's `predictions` of one loader, in rank order (which is batch order), on rank 0;
+/// none on the other ranks. One process's are its own.
+pub fn gather<B: AutodiffBackend>(
+    trainer: &Trainer<B>,
+    predictions: Vec<Value>,
+) -> anyhow::Result<Vec<Value>> {
+    let Some(ranks) = trainer.ranks() else {
+        return Ok(predictions);
+    };
+    let bytes = serde_json::to_vec(&predictions).context("encoding this rank's predictions")?;
+    let gathered = ranks.all_gather(&bytes)?;
+    if ranks.rank() != 0 {
+        return Ok(Vec::new());
+    }
+    let mut all = Vec::new();
+    for (rank, bytes) in gathered.iter().enumerate() {
+        let part: Vec<Value> = serde_json::from_slice(bytes)
+            .with_context(|| format!("decoding the predictions of rank {rank}"))?;
+        all.extend(part);
+    }
+    Ok(all)
 }
 
 /// The contiguous batches rank `shard.rank` predicts of `total`: as even a split as can be,
