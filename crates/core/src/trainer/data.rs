@@ -58,6 +58,17 @@ pub trait DataModule {
         Ok(())
     }
 
+    /// Tells `fit`'s epoch before it asks for the train and val loaders (Lightning's
+    /// `trainer.current_epoch` read in `train_dataloader`): at the start, and again every
+    /// `reload_dataloaders_every_n_epochs` epochs when that option is set. A data module whose
+    /// loaders change with the epoch (a curriculum) keeps it and reads it in
+    /// [`train_loader`](Self::train_loader). A resumed fit sets the epoch an uninterrupted one
+    /// made its loaders in (the latest reload at or before the resumed epoch), so loaders that
+    /// depend only on it resume exactly.
+    fn set_epoch(&mut self, epoch: u64) {
+        let _ = epoch;
+    }
+
     /// The training loader. A data module may build it here from its settings (open a folder,
     /// map a file): an error ends the entry point with that error as it is.
     fn train_loader(&self) -> anyhow::Result<Option<Loader<Self::Item>>>;

@@ -58,6 +58,7 @@ use crate::stage::Stage;
 pub use builder::{Plugin, TrainerBuilder};
 use data::{BatchScope, DataModule, FromDataModule, Loader};
 use loops::fit::FitLoop;
+use loops::reload::{self, FitLoaders, MakeLoaders, TrainAndVal};
 use loops::schedule::FitSchedule;
 use module::{BatcherFor, TrainingModule};
 use profiler::Profiler;
@@ -68,8 +69,9 @@ type Inner<B> = <B as AutodiffBackend>::InnerBackend;
 
 /// What `fit` starts from once its checks passed.
 struct FitInputs<I> {
-    train: Loader<I>,
-    val: Vec<Loader<I>>,
+    loaders: TrainAndVal<I>,
+    /// The epoch the data module was told when it made them.
+    made_for: u64,
     schedule: FitSchedule,
     /// The checkpoint to continue from, read.
     resume_from: Option<(PathBuf, checkpoint::Checkpoint)>,
@@ -225,19 +227,19 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.strategy.shard()
     }
 
-    /// `loaders` (of loop `which`) checked, sharded and sized for the strategy: this
-    /// process's share of each epoch, `batch_size` items per device it drives.
+    /// How loaders are sharded and sized for the strategy: this process's share of each
+    /// epoch, `batch_size` items per device it drives.
+    fn loader_sizing(&self) -> (Shard, usize) {
+        (self.shard(), self.strategy.devices_per_process())
+    }
+
+    /// `loaders` (of loop `which`) checked, sharded and sized for the strategy.
     fn strategy_loaders<I>(
         &self,
         loaders: Vec<Loader<I>>,
         which: &str,
     ) -> anyhow::Result<Vec<Loader<I>>> {
-        let devices = self.strategy.devices_per_process();
-        let loaders = Loader::checked_all(loaders, which, self.shard())?;
-        Ok(loaders
-            .into_iter()
-            .map(|l| l.for_devices(devices))
-            .collect())
+        Loader::for_strategy(loaders, which, self.loader_sizing())
     }
 
     /// A Trainer on `device` of accelerator `A`, as [`on_device`](Self::on_device) builds one,
@@ -402,8 +404,8 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.add_timer();
         let checked = self.check_fit(&model, data);
         let FitInputs {
-            train,
-            val,
+            loaders,
+            made_for,
             schedule,
             resume_from,
         } = self.agree(checked)?;
@@ -412,8 +414,14 @@ impl<B: AutodiffBackend> Trainer<B> {
         if self.options.enable_model_summary && self.is_global_zero() {
             eprintln!("{}", summary::summarize(&model));
         }
+        let batcher = D::Batcher::from_data_module(data);
+        let sizing = self.loader_sizing();
+        let make: MakeLoaders<'_, D::Item> =
+            Box::new(move |epoch| reload::fit_loaders(data, epoch, sizing));
+        let every = self.options.reload_dataloaders_every_n_epochs;
+        let loaders = FitLoaders::new(loaders, made_for, every, make);
         let result = FitLoop::new(self, &mut run, schedule, model, resume_from)
-            .and_then(|fit| fit.run(&D::Batcher::from_data_module(data), (&train, &val)));
+            .and_then(|fit| fit.run(&batcher, loaders));
         crate::plugins::lockstep::at_step(None);
         self.finish(run, result)
     }
@@ -453,18 +461,16 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         self.check_lr_find()?;
         data.setup(Stage::Fit)?;
-        let train = data
-            .train_loader()?
-            .context("fit needs training data: DataModule::train_loader returned None")?;
-        let train = (self.strategy_loaders(vec![train], "train")?.pop())
-            .context("one train loader in, one out")?;
-        let val = self.strategy_loaders(data.val_loaders()?, "val")?;
+        let resume_from = self.resume_checkpoint()?;
+        // A resumed fit starts on the loaders an uninterrupted one used in its epoch.
+        let epoch = resume_from.as_ref().map_or(0, |(_, c)| c.header.epoch);
+        let made_for = reload::made_for(self.options.reload_dataloaders_every_n_epochs, epoch);
+        let (train, val) = reload::fit_loaders(data, made_for, self.loader_sizing())?;
         let val_batches: Vec<usize> = val.iter().map(Loader::num_batches).collect();
         let schedule = FitSchedule::new(&self.options, train.num_batches(), &val_batches)?;
-        let resume_from = self.resume_checkpoint()?;
         Ok(FitInputs {
-            train,
-            val,
+            loaders: (train, val),
+            made_for,
             schedule,
             resume_from,
         })

@@ -190,6 +190,10 @@ options_table! {
     /// (which must then be a number of batches).
     check_val_every_n_epoch: Option<u64> = Some(1), PositiveOrNull,
         "validate every N epochs; null to validate only by val_check_interval batches";
+    /// `fit`: ask the data module for its train and val loaders again every N epochs (after
+    /// `DataModule::set_epoch` with the epoch), Lightning's option of that name; `0`: once.
+    reload_dataloaders_every_n_epochs: u64 = 0, Count,
+        "fit: make the train and val loaders again every N epochs; 0 for once";
     /// Validation batches before training (not logged, not seen by callbacks that check
     /// `sanity_checking`); `-1`: all.
     num_sanity_val_steps: Option<u64> = Some(2), SanitySteps,

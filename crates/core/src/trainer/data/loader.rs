@@ -214,6 +214,20 @@ impl<I> Loader<I> {
         Ok(self)
     }
 
+    /// `loaders` (of loop `which`) checked, sharded as `shard` and sized for the `devices` a
+    /// process drives (`batch_size` items per device).
+    pub(crate) fn for_strategy(
+        loaders: Vec<Self>,
+        which: &str,
+        (shard, devices): (Shard, usize),
+    ) -> anyhow::Result<Vec<Self>> {
+        let checked = Self::checked_all(loaders, which, shard)?;
+        Ok(checked
+            .into_iter()
+            .map(|l| l.for_devices(devices))
+            .collect())
+    }
+
     /// Batches only `shard`'s items of each epoch.
     pub fn sharded(mut self, shard: Shard) -> Self {
         self.shard = shard;

@@ -14,6 +14,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::evaluation::EvaluationLoop;
 use super::optimization::Optimization;
+use super::reload::FitLoaders;
 use super::schedule::FitSchedule;
 use crate::callbacks::{Callback, CallbackContext, Freeze};
 use crate::optim::ExactState;
@@ -134,7 +135,7 @@ where
     pub(in crate::trainer) fn run<I, Bt>(
         mut self,
         batcher: &Bt,
-        (train, val): (&Loader<I>, &[Loader<I>]),
+        mut loaders: FitLoaders<'_, I>,
     ) -> anyhow::Result<FitOutcome<M>>
     where
         Bt: BatcherFor<B, I, M>,
@@ -142,10 +143,7 @@ where
     {
         let started = Instant::now();
         let first_step = self.run.state.global_step;
-        let mut train = train.clone();
-        if self.schedule.unshuffled {
-            train.shuffle = false;
-        }
+        self.took_loaders(&mut loaders.train);
         let mut weights = ModelWeights::<B, M>::new(&mut self.opt.model);
         self.trainer.strategy.setup_weights(&mut weights)?;
         let sharding = self.trainer.strategy.optimizer_sharding();
@@ -159,7 +157,7 @@ where
         if self.schedule.sanity_batches.iter().any(|&b| b > 0) {
             self.run.state.sanity_checking = true;
             let batches = self.schedule.sanity_batches.clone();
-            tried!(self, self.validate(val, batcher, batches, false));
+            tried!(self, self.validate(&loaders.val, batcher, batches, false));
             self.run.state.sanity_checking = false;
         }
         let nothing = self.schedule.nothing_to_train(self.run.state.global_step);
@@ -174,7 +172,19 @@ where
         let stopped = (self.schedule).stops(state.global_step, should_stop, self.position.epoch);
         let mut stop = nothing.is_some() || stopped;
         while self.position.epoch < self.run.state.max_epochs && !stop {
-            let (next, ended) = self.run_epoch(&train, val, batcher)?;
+            // Every rank makes its loaders again, or none goes on.
+            let reloaded = match loaders.reloads() {
+                true => self.trainer.agree(loaders.reload(self.position.epoch)),
+                false => Ok(false),
+            };
+            if tried!(self, reloaded) {
+                let val_batches: Vec<usize> = loaders.val.iter().map(Loader::num_batches).collect();
+                let train_batches = loaders.train.num_batches();
+                let schedule = FitSchedule::new(&self.trainer.options, train_batches, &val_batches);
+                self.schedule = tried!(self, schedule.map_err(anyhow::Error::from));
+                self.took_loaders(&mut loaders.train);
+            }
+            let (next, ended) = self.run_epoch(&loaders.train, &loaders.val, batcher)?;
             self = next;
             stop = ended;
             self.position.epoch += 1;
@@ -186,7 +196,7 @@ where
         check_optimizer_state::<B, M>(&mut *self.trainer.strategy, &weights, optimizer)?;
         self.fit_hook(|c, x| c.on_fit_end(x))?;
         if std::mem::take(&mut self.run.state.recompute_batch_norm) {
-            self.recompute_batch_norm(&train, batcher)?;
+            self.recompute_batch_norm(&loaders.train, batcher)?;
         }
         let run = &self.run;
         Ok(FitOutcome {
@@ -201,6 +211,15 @@ where
             stopped_early: run.state.should_stop,
             interrupted: self.interrupted,
         })
+    }
+
+    /// Fits the loop to loaders just made: their batch count in the state, and the training
+    /// loader in its own order when `overfit_batches` asks for that.
+    fn took_loaders<I>(&mut self, train: &mut Loader<I>) {
+        self.run.state.num_training_batches = self.schedule.train_batches;
+        if self.schedule.unshuffled {
+            train.shuffle = false;
+        }
     }
 
     /// A validation pass of `batches` batches of each val loader on the model in its compute

@@ -7,7 +7,8 @@
 //! - `batch_norm.rs`: batch-norm statistics recomputed for averaged weights;
 //! - [`optimization`]: the optimizers; [`step`]: one optimizer step, automatic or manual;
 //! - [`evaluation::EvaluationLoop`]: a validation or test pass;
-//! - [`prediction::PredictionLoop`]: predictions, sharded across ranks and gathered back.
+//! - [`prediction::PredictionLoop`]: predictions, sharded across ranks and gathered back;
+//! - [`reload`]: fit's loaders, made again every `reload_dataloaders_every_n_epochs` epochs.
 
 /// `$e`'s value, or, when it is an error, a return of that error once the callbacks saw it
 /// with the loop's model (`FitLoop::failed`, failure.rs).
@@ -26,6 +27,7 @@ mod failure;
 pub(super) mod fit;
 pub(crate) mod optimization;
 pub(super) mod prediction;
+pub(super) mod reload;
 mod restore;
 pub mod schedule;
 pub(crate) mod step;
