@@ -228,7 +228,7 @@ pub struct AppJob<A: App> {
 
 impl<A: App> From<Invocation<A::ModelConfig, A::Data>> for AppJob<A> {
     fn from(inv: Invocation<A::ModelConfig, A::Data>) -> Self {
-        let hparams = crate::cli::config_tree(&inv.trainer, &inv.model, &inv.data);
+        let hparams = crate::cli::config_tree(&inv.trainer, &inv.model, &inv.data, &inv.optimizers);
         Self {
             stage: inv.stage,
             model: inv.model,

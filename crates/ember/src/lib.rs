@@ -143,11 +143,14 @@ pub mod loggers {
     pub use ember_core::loggers::{CsvLogger, Logger, Loggers, MlflowLogger, TensorBoardLogger};
 }
 
-/// Optimizers by name, as `configure_optimizers` returns them.
+/// Optimizers by name, as `configure_optimizers` returns them, and those a run's config
+/// chooses (`--optimizer`, `--lr_scheduler`).
 pub mod optim {
     #[doc(inline)]
     pub use ember_core::optim::{
-        Adam, AdamConfig, AdamW, AdamWConfig, ExactState, OptimizerState, ParamState, Sgd,
+        Adam, AdamArgs, AdamConfig, AdamW, AdamWConfig, AnyOptimizer, AnyOptimizerItem,
+        AnyOptimizerRecord, AnyScheduler, AnySchedulerRecord, ExactState, OptimizerSections,
+        OptimizerSpec, OptimizerState, ParamState, SchedulerKind, SchedulerSpec, Sgd, SgdArgs,
         SgdConfig,
     };
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::error::{FlagError, PlanResult, list};
 
 /// Top-level sections of an app's config.
-pub const SECTIONS: [&str; 3] = ["trainer", "model", "data"];
+pub const SECTIONS: [&str; 5] = ["trainer", "model", "data", "optimizer", "lr_scheduler"];
 
 /// Where config comes from, besides the app's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

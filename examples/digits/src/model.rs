@@ -133,12 +133,20 @@ impl<B: Backend> LightningModule<B> for DigitsModel<B> {
     }
 }
 
+/// Adam at `model.lr` (burn's settings: epsilon 1e-5), unless the run's config chooses
+/// another optimizer or a scheduler (`--optimizer=SGD --optimizer.lr=0.1`,
+/// `--lr_scheduler=StepLR --lr_scheduler.step_size=5`).
 impl<B: AutodiffBackend> TrainingModule<B> for DigitsModel<B> {
-    type Optimizer = optim::Adam<Self, B>;
-    type Scheduler = f64;
+    type Optimizer = optim::AnyOptimizer<Self, B>;
+    type Scheduler = optim::AnyScheduler;
 
     fn configure_optimizers(&self, hparams: &Hparams) -> ConfiguredOptimizers<Self, B> {
         let config: ModelConfig = hparams.model()?;
-        Ok(Optimizers::adam(config.lr))
+        let adam = optim::AdamArgs {
+            lr: config.lr,
+            eps: 1e-5,
+            ..optim::AdamArgs::default()
+        };
+        Optimizers::from_hparams(hparams, optim::OptimizerSpec::Adam(adam))
     }
 }

@@ -1,5 +1,6 @@
 //! The command line: `<app> fit|validate|test|predict [--config FILE]... [--trainer.KEY=VALUE]...
-//! [--model.KEY=VALUE]... [--data.KEY=VALUE]... [--print-config] [--print-plan]`.
+//! [--model.KEY=VALUE]... [--data.KEY=VALUE]... [--optimizer=CLASS] [--optimizer.KEY=VALUE]...
+//! [--lr_scheduler=CLASS] [--lr_scheduler.KEY=VALUE]... [--print-config] [--print-plan]`.
 //!
 //! Every rejected input ends with one message naming the flag, the value and what is allowed,
 //! and exit status 2; nothing is written to disk before the plan is accepted.
@@ -19,6 +20,7 @@ use crate::config::{self, ConfigSources};
 use crate::error::{FlagError, list};
 use crate::flags::{TrainerFlags, trainer_keys};
 use crate::job::Job;
+use crate::optim::OptimizerSections;
 use crate::plan::{Launcher, Plan};
 use crate::registered::build;
 use crate::registry::Registry;
@@ -47,6 +49,8 @@ pub struct Invocation<M, D> {
     pub model: M,
     /// The `data` section.
     pub data: D,
+    /// The `optimizer` and `lr_scheduler` sections, read and checked.
+    pub optimizers: OptimizerSections,
     /// The callbacks the trainer flags name, built once while planning (which refused any
     /// that cannot be built); a job gives them to the Trainer's builder
     /// ([`TrainerBuilder::callbacks`](crate::trainer::TrainerBuilder::callbacks)).
@@ -160,7 +164,8 @@ where
         registry: &Registry<J>,
         make_job: impl FnOnce(Invocation<M, D>) -> J,
     ) -> CliOutcome<J::Output> {
-        let defaults = config_tree(&self.trainer, &self.model, &self.data);
+        let sections = OptimizerSections::default();
+        let defaults = config_tree(&self.trainer, &self.model, &self.data, &sections);
         let argv: Vec<String> = args.into_iter().collect();
         let (args, section_overrides) = match split_section_overrides(argv.clone()) {
             Ok(split) => split,
@@ -216,6 +221,7 @@ where
                     trainer,
                     model,
                     data,
+                    optimizers,
                     plan,
                     callbacks,
                 } = *ready;
@@ -257,6 +263,7 @@ where
                     trainer,
                     model,
                     data,
+                    optimizers,
                     callbacks: BuiltCallbacks::new(callbacks),
                 });
                 match registry.run(job, &plan, collective.clone()) {
@@ -320,7 +327,12 @@ where
             }
         }
         sources.overrides.extend(section_overrides);
-        let merged = config::merge(defaults, &sources)?;
+        let mut merged = config::merge(defaults, &sources)?;
+        let optimizers = OptimizerSections::from_config(&merged)?;
+        // Printed whole, each argument with its value, as the run reads them.
+        for (name, section) in tree::optimizer_sections(&optimizers) {
+            merged[name] = section;
+        }
         if matches.get_flag("print-config") {
             let yaml = serde_yaml::to_string(&merged).map_err(|e| {
                 FlagError::new("--print-config", "", format!("cannot print config: {e}"))
@@ -344,6 +356,7 @@ where
             trainer,
             model,
             data,
+            optimizers,
             plan,
             callbacks,
         })))
@@ -394,7 +407,7 @@ where
         .collect();
         // The flags live on the subcommands; say where to see them.
         let top = format!(
-            "Every subcommand takes --config, --trainer.*, --model.* and --data.* flags: `{name} fit --help` lists them.\n\n{names}"
+            "Every subcommand takes --config, --trainer.*, --model.*, --data.*, --optimizer[.*] and --lr_scheduler[.*] flags: `{name} fit --help` lists them.\n\n{names}"
         );
         // The usage lines too (clap would take the file name the program was started as).
         let command = Command::new(name.to_owned()).bin_name(name.to_owned());
@@ -447,6 +460,7 @@ struct Ready<M, D> {
     trainer: TrainerFlags,
     model: M,
     data: D,
+    optimizers: OptimizerSections,
     plan: Plan,
     callbacks: Vec<Box<dyn Callback>>,
 }

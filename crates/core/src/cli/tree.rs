@@ -1,22 +1,37 @@
-//! The config tree (`trainer`, `model`, `data`) of a run, as `--print-config`, the defaults
+//! The config tree (`trainer`, `model`, `data`, `optimizer`, `lr_scheduler`) of a run, as `--print-config`, the defaults
 //! overrides merge into, and `hparams.yaml` show it.
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::flags::TrainerFlags;
+use crate::optim::OptimizerSections;
 
-/// The three sections of a run's config.
+/// The sections of a run's config (`optimizer` and `lr_scheduler` null where not chosen).
 pub(crate) fn config_tree<M: Serialize, D: Serialize>(
     trainer: &TrainerFlags,
     model: &M,
     data: &D,
+    optimizers: &OptimizerSections,
 ) -> Value {
-    json!({
+    let mut tree = json!({
         "trainer": trainer.to_config(),
         "model": json_of(model),
         "data": json_of(data),
-    })
+    });
+    for (name, section) in optimizer_sections(optimizers) {
+        tree[name] = section;
+    }
+    tree
+}
+
+/// The `optimizer` and `lr_scheduler` sections as the config shows them: each class with all
+/// of its arguments, or null.
+pub(crate) fn optimizer_sections(optimizers: &OptimizerSections) -> [(&'static str, Value); 2] {
+    [
+        ("optimizer", json_of(&optimizers.optimizer)),
+        ("lr_scheduler", json_of(&optimizers.lr_scheduler)),
+    ]
 }
 
 /// `value` as JSON with each float as its own type prints it: `serde_json::to_value` widens an

@@ -6,6 +6,10 @@
 //! Their configs are here too, so `configure_optimizers` needs no import of its own
 //! (`optim::AdamConfig::new().init()`), and `Optimizers::adam(lr)`, `adamw(lr)` and `sgd(lr)`
 //! make one with burn's default config at a constant learning rate.
+//!
+//! A model that declares [`AnyOptimizer`] and [`AnyScheduler`] takes the optimizer and
+//! scheduler the run's config names (`--optimizer`, `--lr_scheduler`, as [`OptimizerSpec`] and
+//! [`SchedulerSpec`] read them) through `Optimizers::from_hparams`.
 
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::tensor::backend::AutodiffBackend;
@@ -19,7 +23,15 @@ pub type AdamW<M, B> = OptimizerAdaptor<burn::optim::AdamW, M, B>;
 /// SGD, with or without momentum (`SgdConfig::new().init()`), for module `M` on backend `B`.
 pub type Sgd<M, B> = OptimizerAdaptor<burn::optim::Sgd<<B as AutodiffBackend>::InnerBackend>, M, B>;
 
+mod any;
+mod schedulers;
+mod spec;
 mod state;
 
+pub use any::{
+    AnyOptimizer, AnyOptimizerItem, AnyOptimizerRecord, AnyScheduler, AnySchedulerRecord,
+};
 pub use burn::optim::{AdamConfig, AdamWConfig, SgdConfig};
+pub use schedulers::{SchedulerInterval, SchedulerKind, SchedulerSpec};
+pub use spec::{AdamArgs, OptimizerSections, OptimizerSpec, SgdArgs};
 pub use state::{ExactState, NamedTensors, OptimizerState, ParamState, join, split};

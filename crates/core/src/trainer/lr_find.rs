@@ -161,7 +161,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         D::Batcher: BatcherFor<B, D::Item, M>,
     {
         weights::materialize(model);
-        if self.is_manual(model)? {
+        if super::loops::configure::is_manual(self, model)? {
             return Err(refused_under_manual(settings).into());
         }
         let kept = host_weights::<B, M>(model);

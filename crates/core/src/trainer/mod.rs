@@ -34,7 +34,6 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
 use serde_json::Value;
 
@@ -456,7 +455,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         M: TrainingModule<B>,
         D: DataModule,
     {
-        if self.is_manual(model)? {
+        if loops::configure::is_manual(self, model)? {
             loops::optimization::check_manual(self)?;
         }
         self.check_lr_find()?;
@@ -474,15 +473,6 @@ impl<B: AutodiffBackend> Trainer<B> {
             schedule,
             resume_from,
         })
-    }
-
-    /// Whether `model` steps its optimizers itself (`configure_optimizers` asks for manual
-    /// optimization).
-    fn is_manual<M: TrainingModule<B>>(&self, model: &M) -> anyhow::Result<bool> {
-        let optimizers = model
-            .configure_optimizers(&hparams::Hparams::new(&self.hparams))
-            .context("configure_optimizers")?;
-        Ok(optimizers.manual)
     }
 
     /// Draws `curves.png` beside the csv logger's metrics.csv in `log_dir`. A failure is a

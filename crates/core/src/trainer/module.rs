@@ -16,20 +16,14 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::optim::{self, ExactState};
+use crate::optim::{
+    self, AnyOptimizer, AnyScheduler, ExactState, OptimizerSections, OptimizerSpec,
+};
 use crate::trainer::hparams::Hparams;
 use crate::trainer::log::StepLog;
 use crate::trainer::loops::step::ManualOptimization;
 
-/// When the learning-rate scheduler steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SchedulerInterval {
-    /// Once per optimizer step (burn's convention).
-    #[default]
-    Step,
-    /// Once per epoch.
-    Epoch,
-}
+pub use crate::optim::SchedulerInterval;
 
 /// What `configure_optimizers` returns: the optimizer and its learning-rate scheduler, more of
 /// them for manual optimization, and whether the Trainer or the model steps them.
@@ -50,6 +44,10 @@ pub struct Optimizers<O, S = f64> {
     /// Lightning's `automatic_optimization = False`: the Trainer calls
     /// [`TrainingModule::manual_training_step`], which steps the optimizers itself.
     pub manual: bool,
+    /// Whether they were made from the run's `optimizer` and `lr_scheduler` config sections
+    /// ([`from_hparams`](Optimizers::from_hparams)). `fit` refuses those sections when the
+    /// model's `configure_optimizers` does not read them.
+    pub from_config: bool,
 }
 
 /// One optimizer with burn's default config at a constant learning rate, for
@@ -69,6 +67,24 @@ default_optimizer!(adam, Adam, AdamConfig, "Adam");
 default_optimizer!(adamw, AdamW, AdamWConfig, "AdamW");
 default_optimizer!(sgd, Sgd, SgdConfig, "SGD (no momentum)");
 
+impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizers<AnyOptimizer<M, B>, AnyScheduler> {
+    /// The optimizer and scheduler the run's config names in its `optimizer` and
+    /// `lr_scheduler` sections (LightningCLI's `--optimizer`, `--lr_scheduler`); `default`
+    /// where it names no optimizer, and a constant rate where it names no scheduler. A
+    /// configured scheduler starts from the optimizer's `lr` and steps per epoch unless its
+    /// `interval` says `step`.
+    pub fn from_hparams(hparams: &Hparams, default: OptimizerSpec) -> anyhow::Result<Self> {
+        let sections = OptimizerSections::from_config(hparams.value())?;
+        let spec = sections.optimizer.clone().unwrap_or(default);
+        spec.check()?;
+        let (scheduler, interval) = sections.scheduler_for(spec.lr())?;
+        let mut optimizers = Self::new(spec.init(), scheduler);
+        optimizers.interval = interval;
+        optimizers.from_config = true;
+        Ok(optimizers)
+    }
+}
+
 impl<O, S> Optimizers<O, S> {
     /// An optimizer whose scheduler steps every optimizer step.
     pub fn new(optimizer: O, scheduler: S) -> Self {
@@ -78,6 +94,7 @@ impl<O, S> Optimizers<O, S> {
             interval: SchedulerInterval::Step,
             more: Vec::new(),
             manual: false,
+            from_config: false,
         }
     }
 

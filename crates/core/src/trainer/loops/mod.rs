@@ -5,6 +5,7 @@
 //! - [`fit::FitLoop`]: restore, sanity check, epochs, teardown (`fit.rs`), one epoch of
 //!   training batches and optimizer steps (`training_epoch.rs`);
 //! - `batch_norm.rs`: batch-norm statistics recomputed for averaged weights;
+//! - [`configure`]: what `configure_optimizers` returned, checked before fit;
 //! - [`optimization`]: the optimizers; [`step`]: one optimizer step, automatic or manual;
 //! - [`evaluation::EvaluationLoop`]: a validation or test pass;
 //! - [`prediction::PredictionLoop`]: predictions, sharded across ranks and gathered back;
@@ -22,6 +23,7 @@ macro_rules! tried {
 }
 
 mod batch_norm;
+pub(super) mod configure;
 pub(super) mod evaluation;
 mod failure;
 pub(super) mod fit;

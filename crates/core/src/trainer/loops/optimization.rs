@@ -70,6 +70,7 @@ impl<B: AutodiffBackend, M: TrainingModule<B>> Optimization<B, M> {
             interval,
             more,
             manual,
+            from_config: _,
         } = optimizers;
         anyhow::ensure!(
             manual || more.is_empty(),
