@@ -218,7 +218,8 @@ fn bad_config_input_names_the_flag() {
     let dir = tempfile::tempdir().unwrap();
     let broken = write(dir.path(), "broken.yaml", "trainer: [unclosed\n");
     let wrong_ext = write(dir.path(), "c.json", "{}");
-    let unknown_top = write(dir.path(), "u.yaml", "optimizer:\n  lr: 1\n");
+    let unknown_top = write(dir.path(), "u.yaml", "seed_everything: 1\n");
+    let classless = write(dir.path(), "o.yaml", "optimizer:\n  lr: 1\n");
     for (args, needle) in [
         (
             vec!["fit", "--config", "/nonexistent.yaml"],
@@ -229,6 +230,10 @@ fn bad_config_input_names_the_flag() {
         (
             vec!["fit", "--config", &unknown_top],
             "unknown top-level key",
+        ),
+        (
+            vec!["fit", "--config", &classless],
+            "--optimizer value `{\"lr\":1}`: name the class first",
         ),
         (vec!["fit", "--model.depth=3"], "--model.depth"),
         // The option and its value, not the whole section (issue 39).
