@@ -46,6 +46,8 @@ cargo xtask <task>
   bench vs-lightning [ROUNDS]   digits by ember (flex, LibTorch), a burn loop, a torch loop and
                      Lightning; a matmul-bound MLP against the CPU's peak (the torch venv)
   bench profiler [ROUNDS]       what --trainer.profiler=simple|advanced costs on the MLP and the CNN
+  bench checkpointing [ROUNDS]  --trainer.activation_checkpointing on the larger transformer:
+                     peak RSS and steps/s, on and off, alternating
   bench outside [ROUNDS]        the conv example built as a crate outside the workspace from
                      the getting-started manifest vs examples/conv: steps/s, alternating
   bench models [ROUNDS] [--model mlp,cnn,transformer,resnet,transformer-l]
@@ -366,6 +368,12 @@ fn main() -> ExitCode {
             }
             Some(&"xla-devices") => {
                 setup(false) && run("cargo", &digits_xla_bench("xla_devices", &rest[1..]), &[])
+            }
+            Some(&"checkpointing") => {
+                let mut cargo = vec!["bench", "-p", "transformer", "--bench", "checkpointing"];
+                cargo.push("--");
+                cargo.extend(&rest[1..]);
+                run("cargo", &cargo, &[])
             }
             Some(&name @ ("profiler" | "outside")) => {
                 let mut cargo = vec!["bench", "-p", "convnet", "--bench", name, "--"];

@@ -27,6 +27,11 @@ pub struct Plan {
     /// connector refused it where the accelerator cannot honour it, and the Trainer's builder
     /// refuses a hand-made plan that asks it of such an accelerator.
     pub deterministic: bool,
+    /// Whether the run recomputes activations in the backward pass
+    /// (`--trainer.activation_checkpointing`), on the accelerator's checkpointing variant;
+    /// shown when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub activation_checkpointing: bool,
     /// Whether host threads flush subnormal floats to zero (`--trainer.flush_denormal`, on by
     /// default for CPU accelerators). The Trainer sets the mode from this field alone.
     pub flush_denormal: bool,
@@ -92,6 +97,7 @@ impl Plan {
             num_nodes: 1,
             precision,
             deterministic: false,
+            activation_checkpointing: false,
             flush_denormal: crate::accelerator::FLUSH_DENORMAL_SUPPORTED,
             precision_plugin: None,
             checkpoint_io: None,

@@ -230,3 +230,30 @@ fn a_truncated_shard_stops_the_fit_naming_it_and_the_checkpoint_before_still_res
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("trained 5 steps"), "{stdout}");
 }
+
+/// `--trainer.activation_checkpointing=true` runs the cpu accelerator's checkpointing
+/// variant, which recomputes what it did not keep: the same weights and optimizer state,
+/// bitwise, as the default.
+#[test]
+fn activation_checkpointing_trains_to_the_same_bits() {
+    let ends: Vec<_> = ["false", "true"]
+        .into_iter()
+        .map(|on| {
+            let dir = tempfile::tempdir().unwrap();
+            let flag = format!("--trainer.activation_checkpointing={on}");
+            let mut args = vec!["fit", "--trainer.max_steps=6", &flag];
+            args.extend(SMALL);
+            transformer(dir.path(), &args);
+            let plan = transformer(dir.path(), &["fit", &flag, "--print-plan"]);
+            let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+            assert_eq!(
+                plan["activation_checkpointing"].as_bool().unwrap_or(false),
+                on == "true"
+            );
+            let ckpts = dir.path().join("lightning_logs/version_0/checkpoints");
+            ember_acceptance::checkpoints::tensors(&ember_acceptance::checkpoints::newest(&ckpts))
+        })
+        .collect();
+    assert!(ends[0].len() > 10, "{:?}", ends[0].keys());
+    assert!(ends[0] == ends[1], "checkpointing changed the result");
+}

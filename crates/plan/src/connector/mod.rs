@@ -49,6 +49,11 @@ pub fn connect(
         flags.deterministic,
         accelerator.deterministic,
     )?;
+    crate::accelerator::check_activation_checkpointing(
+        accelerator.name,
+        flags.activation_checkpointing,
+        accelerator.activation_checkpointing,
+    )?;
     let flush_denormal =
         crate::accelerator::flush_denormal(flags.flush_denormal, accelerator.kind)?;
     let environment = match chosen.environment {
@@ -89,6 +94,7 @@ pub fn connect(
         num_nodes,
         precision,
         deterministic: flags.deterministic,
+        activation_checkpointing: flags.activation_checkpointing,
         flush_denormal,
         precision_plugin,
         checkpoint_io: chosen.checkpoint_io,
