@@ -2,7 +2,8 @@
 //! `tests/tests_pytorch/callbacks/test_on_exception_checkpoint.py`): when fit fails, from a
 //! callback's error or a panic in `training_step`, a checkpoint of the last completed step is
 //! written (to the run's checkpoint directory unless told otherwise) and fit resumed from it
-//! ends as an uninterrupted fit does, bitwise.
+//! ends as an uninterrupted fit does, bitwise. ModelCheckpoint's `save_on_exception` does the
+//! same beside its own checkpoints.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -14,7 +15,8 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use ember::callbacks::{
-    Callback, CallbackContext, OnExceptionCheckpoint, OnExceptionCheckpointConfig,
+    Callback, CallbackContext, ModelCheckpoint, ModelCheckpointConfig, OnExceptionCheckpoint,
+    OnExceptionCheckpointConfig,
 };
 use ember::checkpoint::Checkpoint;
 use ember::{
@@ -189,4 +191,50 @@ fn without_the_callback_a_failure_writes_nothing_of_its_own() {
             .join("lightning_logs/version_0/checkpoints")
             .exists()
     );
+}
+
+/// ModelCheckpoint's `save_on_exception` (Lightning 2.5's): the failed fit's last completed
+/// step saved under the template's name, and as `last.ckpt` with `save_last`, beside its top
+/// k; it resumes exactly.
+#[test]
+fn model_checkpoint_saves_on_exception_when_asked() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let whole = fit(options(dir.path()), vec![]).unwrap();
+    for save_on_exception in [false, true] {
+        let root = dir.path().join(format!("failing-{save_on_exception}"));
+        let checkpoint = ModelCheckpoint::new(ModelCheckpointConfig {
+            save_last: true,
+            save_on_exception,
+            ..ModelCheckpointConfig::default()
+        });
+        let arm = Arm {
+            at: 6,
+            panic: false,
+        };
+        let callbacks: Vec<Box<dyn Callback>> = vec![Box::new(arm), Box::new(checkpoint)];
+        assert!(fit(options(&root), callbacks).is_err());
+        let saved = root.join("lightning_logs/version_0/checkpoints");
+        let mut names: Vec<String> = (std::fs::read_dir(&saved).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        match save_on_exception {
+            // Epoch 0 (4 steps) ended with a save; the failure came after step 6.
+            false => assert_eq!(names, ["epoch=0-step=4.ckpt", "last.ckpt"]),
+            true => {
+                assert_eq!(
+                    names,
+                    ["epoch=0-step=4.ckpt", "epoch=1-step=6.ckpt", "last.ckpt"]
+                );
+                assert_eq!(global_step(&saved.join("last.ckpt")), 6);
+                let resumed = TrainerOptions {
+                    ckpt_path: Some(saved.join("epoch=1-step=6.ckpt")),
+                    ..options(&root)
+                };
+                let resumed = fit(resumed, vec![]).unwrap();
+                assert_eq!(weights(&resumed.model), weights(&whole.model));
+            }
+        }
+    }
 }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::on_exception::save_on_failure;
 use super::{Callback, CallbackContext, Mode, TrainerState, checkpoint_dir};
 use crate::error::list;
 
@@ -29,6 +30,11 @@ pub struct ModelCheckpointConfig {
     pub save_last: bool,
     /// Save every N epochs.
     pub every_n_epochs: u64,
+    /// When `fit` fails, also save a checkpoint of the last completed step under the file
+    /// name the template gives then (and `last.ckpt` with `save_last`), as
+    /// OnExceptionCheckpoint does (Lightning 2.5's `save_on_exception`); it takes no part in
+    /// the top k.
+    pub save_on_exception: bool,
 }
 
 impl Default for ModelCheckpointConfig {
@@ -41,6 +47,7 @@ impl Default for ModelCheckpointConfig {
             save_top_k: 1,
             save_last: false,
             every_n_epochs: 1,
+            save_on_exception: false,
         }
     }
 }
@@ -287,6 +294,21 @@ impl Callback for ModelCheckpoint {
 
     fn on_train_epoch_end(&mut self, ctx: &mut CallbackContext<'_>) -> anyhow::Result<()> {
         self.save(ctx)
+    }
+
+    fn on_exception(&mut self, ctx: &mut CallbackContext<'_>, error: &anyhow::Error) {
+        // As Lightning's, not for a failure in the sanity check, before training began.
+        if !self.config.save_on_exception || ctx.state.sanity_checking {
+            return;
+        }
+        let dir = self.dir(ctx.state);
+        let mut paths = vec![dir.join(self.file_name(ctx.state))];
+        if self.config.save_last {
+            paths.push(dir.join("last.ckpt"));
+        }
+        for path in paths {
+            save_on_failure(ctx, &path, error, "ModelCheckpoint");
+        }
     }
 
     fn is_model_checkpoint(&self) -> bool {

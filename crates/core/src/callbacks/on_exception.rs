@@ -1,7 +1,7 @@
 //! OnExceptionCheckpoint: a checkpoint when `fit` fails, so that a crash loses no progress
 //! (Lightning's callback of that name).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -56,27 +56,38 @@ impl Callback for OnExceptionCheckpoint {
     }
 
     fn on_exception(&mut self, ctx: &mut CallbackContext<'_>, error: &anyhow::Error) {
-        let state = &*ctx.state;
-        let fitting = state.stage == Some(Stage::Fit);
-        if !state.is_global_zero || state.fast_dev_run || !fitting {
-            return;
-        }
-        let dir = checkpoint_dir(self.config.dirpath.as_deref(), state);
+        let dir = checkpoint_dir(self.config.dirpath.as_deref(), ctx.state);
         let path = dir.join(format!("{}.ckpt", self.config.filename));
-        let step = state.global_step;
-        if !ctx.can_save() {
-            eprintln!(
-                "fit failed ({error}); OnExceptionCheckpoint saved nothing: the failure came inside the optimizer step, which held the model, or the strategy shards the optimizer state across the ranks"
-            );
-            return;
-        }
-        match ctx.save_checkpoint(&path) {
-            Ok(()) => eprintln!(
-                "fit failed ({error}); the checkpoint of step {step} is {}: resume with --trainer.ckpt_path={}",
-                path.display(),
-                path.display()
-            ),
-            Err(e) => eprintln!("fit failed ({error}); OnExceptionCheckpoint saved nothing: {e:#}"),
-        }
+        save_on_failure(ctx, &path, error, "OnExceptionCheckpoint");
+    }
+}
+
+/// Saves a checkpoint of the last completed step of a failed `fit` to `path` (global rank 0,
+/// not in a fast dev run) and says where, or why `who` saved nothing.
+pub(super) fn save_on_failure(
+    ctx: &mut CallbackContext<'_>,
+    path: &Path,
+    error: &anyhow::Error,
+    who: &str,
+) {
+    let state = &*ctx.state;
+    let fitting = state.stage == Some(Stage::Fit);
+    if !state.is_global_zero || state.fast_dev_run || !fitting {
+        return;
+    }
+    let step = state.global_step;
+    if !ctx.can_save() {
+        eprintln!(
+            "fit failed ({error}); {who} saved nothing: the failure came inside the optimizer step, which held the model, or the strategy shards the optimizer state across the ranks"
+        );
+        return;
+    }
+    match ctx.save_checkpoint(path) {
+        Ok(()) => eprintln!(
+            "fit failed ({error}); {who} saved the checkpoint of step {step} as {}: resume with --trainer.ckpt_path={}",
+            path.display(),
+            path.display()
+        ),
+        Err(e) => eprintln!("fit failed ({error}); {who} saved nothing: {e:#}"),
     }
 }

@@ -112,7 +112,7 @@ fn callbacks(plugins: Plugins) -> Result<Plugins, RegistryError> {
     plugins
         .register_callback(
             "ModelCheckpoint",
-            "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename)",
+            "save checkpoints (monitor, mode, save_top_k, save_last, every_n_epochs, dirpath, filename, save_on_exception)",
             |args| Ok(ModelCheckpoint::new(settings("ModelCheckpoint", args)?)),
         )?
         .register_callback(
