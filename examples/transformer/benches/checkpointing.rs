@@ -24,7 +24,7 @@ use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use burn_flex::{Flex, FlexDevice};
 use transformer::data::TokenBatcher;
-use transformer::{CharLm, DataConfig, LmConfig, TokenBatch};
+use transformer::{CharLm, TokenBatch};
 
 use ember::{App, AppJob, AppOutput, Cli, CliOutcome};
 use transformer::CharLmApp;
@@ -65,16 +65,7 @@ fn contender(on: bool) -> anyhow::Result<f64> {
 /// The larger transformer trained by hand on backend `B` for `STEPS` steps after a first one;
 /// returns steps/s.
 fn by_hand<B: AutodiffBackend>(device: &B::Device) -> anyhow::Result<f64> {
-    let config = LmConfig {
-        d_model: 256,
-        heads: 4,
-        layers: 4,
-        ..LmConfig::default()
-    };
-    let data = DataConfig {
-        context: 128,
-        ..DataConfig::default()
-    };
+    let (config, data) = transformer::larger();
     let (train, _) = data.load()?;
     B::seed(device, 7);
     let mut net = CharLm::<B>::new(&config, device);

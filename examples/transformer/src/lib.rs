@@ -126,6 +126,22 @@ fn check(model: &LmConfig, data: &DataConfig) -> Result<(), FlagError> {
     Ok(())
 }
 
+/// The larger transformer the benchmarks train: d_model 256, 4 blocks of 4 heads, context 128,
+/// the other settings the defaults.
+pub fn larger() -> (LmConfig, DataConfig) {
+    let model = LmConfig {
+        d_model: 256,
+        heads: 4,
+        layers: 4,
+        ..LmConfig::default()
+    };
+    let data = DataConfig {
+        context: 128,
+        ..DataConfig::default()
+    };
+    (model, data)
+}
+
 /// The transformer application.
 pub struct CharLmApp;
 

@@ -18,20 +18,10 @@ use transformer::{CharLm, DataConfig, LmConfig, TokenBatch, WarmupCosine};
 
 /// The model and data settings of the default (`large` false) or the larger transformer.
 pub fn configs(large: bool) -> (LmConfig, DataConfig) {
-    if !large {
-        return (LmConfig::default(), DataConfig::default());
+    match large {
+        true => transformer::larger(),
+        false => (LmConfig::default(), DataConfig::default()),
     }
-    let model = LmConfig {
-        d_model: 256,
-        heads: 4,
-        layers: 4,
-        ..LmConfig::default()
-    };
-    let data = DataConfig {
-        context: 128,
-        ..DataConfig::default()
-    };
-    (model, data)
 }
 
 /// Floating-point operations of one training step: the forward multiply-adds of a batch × 2,
