@@ -256,17 +256,21 @@ fn read<T: DeserializeOwned>(
     let flag = format!("--{name}");
     let value = match merged.get(name) {
         None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(class)) => {
-            let mut table = Map::new();
-            table.insert("class_path".into(), Value::String(class.clone()));
-            Value::Object(table)
-        }
+        Some(Value::String(class)) => serde_json::json!({"class_path": class, "init_args": {}}),
         Some(Value::Object(table)) => {
-            let mut normal = Map::new();
             let mut args = match table.get("init_args") {
+                None => Map::new(),
                 Some(Value::Object(args)) => args.clone(),
-                _ => Map::new(),
+                Some(other) => {
+                    let allowed = "a table of the class's arguments";
+                    return Err(FlagError::new(
+                        format!("{flag}.init_args"),
+                        render(other),
+                        allowed,
+                    ));
+                }
             };
+            let mut normal = Map::new();
             for (key, v) in table {
                 match key.as_str() {
                     "init_args" => {}
@@ -298,10 +302,6 @@ fn read<T: DeserializeOwned>(
             ));
         }
     };
-    let mut value = value;
-    if value.get("init_args").is_none() {
-        value["init_args"] = Value::Object(Map::new());
-    }
     serde_json::from_value(value.clone())
         .map(Some)
         .map_err(|e| FlagError::new(flag, render(&value), e.to_string()))
@@ -350,6 +350,10 @@ mod tests {
             (json!({"optimizer": "Nadam"}), "--optimizer"),
             (json!({"optimizer": {"lr": 0.1}}), "--optimizer"),
             (json!({"optimizer": 3}), "--optimizer"),
+            (
+                json!({"optimizer": {"class_path": "SGD", "init_args": 3}}),
+                "--optimizer.init_args",
+            ),
             (
                 json!({"optimizer": {"class_path": "SGD", "init_args": {"lr": 0}}}),
                 "--optimizer.init_args.lr",

@@ -124,15 +124,15 @@ impl<B: AutodiffBackend> Trainer<B> {
             }
             run.hook(|c, x| c.on_predict_epoch_end(x, &kept))?;
             let mut each = vec![Vec::new(); loaders.len()];
-            for batch in kept.into_iter().filter(|_| returned) {
+            if !returned {
+                return Ok(each);
+            }
+            for batch in kept {
                 each[batch.dataloader_idx].push(batch.prediction);
             }
-            match returned {
-                true => (each.into_iter())
-                    .map(|values| prediction::gather(self, values))
-                    .collect(),
-                false => Ok(each),
-            }
+            (each.into_iter())
+                .map(|values| prediction::gather(self, values))
+                .collect()
         })();
         let loaders = self.finish(run, result)?;
         (loaders.into_iter().enumerate())

@@ -465,8 +465,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let epoch = resume_from.as_ref().map_or(0, |(_, c)| c.header.epoch);
         let made_for = reload::made_for(self.options.reload_dataloaders_every_n_epochs, epoch);
         let (train, val) = reload::fit_loaders(data, made_for, self.loader_sizing())?;
-        let val_batches: Vec<usize> = val.iter().map(Loader::num_batches).collect();
-        let schedule = FitSchedule::new(&self.options, train.num_batches(), &val_batches)?;
+        let schedule = reload::schedule(&self.options, (&train, &val))?;
         Ok(FitInputs {
             loaders: (train, val),
             made_for,

@@ -14,7 +14,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::evaluation::EvaluationLoop;
 use super::optimization::Optimization;
-use super::reload::FitLoaders;
+use super::reload::{self, FitLoaders};
 use super::schedule::FitSchedule;
 use crate::callbacks::{Callback, CallbackContext, Freeze};
 use crate::optim::ExactState;
@@ -178,9 +178,8 @@ where
                 false => Ok(false),
             };
             if tried!(self, reloaded) {
-                let val_batches: Vec<usize> = loaders.val.iter().map(Loader::num_batches).collect();
-                let train_batches = loaders.train.num_batches();
-                let schedule = FitSchedule::new(&self.trainer.options, train_batches, &val_batches);
+                let schedule =
+                    reload::schedule(&self.trainer.options, (&loaders.train, &loaders.val));
                 self.schedule = tried!(self, schedule.map_err(anyhow::Error::from));
                 self.took_loaders(&mut loaders.train);
             }

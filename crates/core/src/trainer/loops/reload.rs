@@ -3,6 +3,9 @@
 
 use anyhow::Context;
 
+use super::schedule::FitSchedule;
+use crate::error::FlagError;
+use crate::options::TrainerOptions;
 use crate::plugins::shard::Shard;
 use crate::trainer::data::{DataModule, Loader};
 
@@ -31,6 +34,15 @@ pub(in crate::trainer) fn fit_loaders<D: DataModule>(
         train,
         Loader::for_strategy(data.val_loaders()?, "val", sizing)?,
     ))
+}
+
+/// The fit's schedule for loaders `(train, val)` under `options`.
+pub(in crate::trainer) fn schedule<I>(
+    options: &TrainerOptions,
+    (train, val): (&Loader<I>, &[Loader<I>]),
+) -> Result<FitSchedule, FlagError> {
+    let val_batches: Vec<usize> = val.iter().map(Loader::num_batches).collect();
+    FitSchedule::new(options, train.num_batches(), &val_batches)
 }
 
 /// The epoch whose loaders epoch `epoch` uses when they are made at epoch 0 and again every
