@@ -256,11 +256,6 @@ fn bad_config_input_names_the_flag() {
             "--trainer.max_epochs",
         ),
         (vec!["fit", "--trainer.devices=[1,"], "--trainer.devices"),
-        (
-            // No activation-checkpointing variant is registered here.
-            vec!["fit", "--trainer.activation_checkpointing=true"],
-            "--trainer.activation_checkpointing value `true`: false: this program registers no",
-        ),
         (vec!["train"], "train"),
     ] {
         let message = failure(&args);

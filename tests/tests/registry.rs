@@ -58,38 +58,6 @@ fn a24_the_job_runs_monomorphized_for_the_selected_accelerator() {
     }
 }
 
-/// `--trainer.activation_checkpointing=true` runs the checkpointing variant registered for the
-/// accelerator: another instance of the job, on burn's `BalancedCheckpointing` autodiff.
-#[test]
-fn activation_checkpointing_runs_the_registered_variant_of_the_accelerator() {
-    use ember::cpu::CpuCheckpointing;
-    let missing = ember::Registry::<WhoRuns>::new().register_checkpointing::<CpuCheckpointing>();
-    assert!(
-        missing
-            .err()
-            .unwrap()
-            .to_string()
-            .contains("no accelerator `cpu` is registered")
-    );
-    let registry = registry::<WhoRuns>()
-        .register_checkpointing::<CpuCheckpointing>()
-        .unwrap();
-    for on in [false, true] {
-        let flag = format!("--trainer.activation_checkpointing={on}");
-        let args = [
-            "fit",
-            "--trainer.accelerator=cpu",
-            "--trainer.logger=false",
-            &flag,
-        ];
-        let CliOutcome::Ran((ran, ty)) = execute(&registry, &args, &Env::new(), || WhoRuns) else {
-            panic!("{on} runs");
-        };
-        assert_eq!(ran, "cpu");
-        assert_eq!(ty.contains("BalancedCheckpointing"), on, "{ty}");
-    }
-}
-
 #[test]
 fn an_injected_accelerator_the_machine_lacks_is_refused_at_run_time() {
     let registry = registry::<WhoRuns>();

@@ -7,14 +7,10 @@ mod batch_norm;
 mod fused;
 mod layer_norm;
 
-use std::marker::PhantomData;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use burn_autodiff::Autodiff;
-use burn_autodiff::checkpoint::strategy::{
-    BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
-};
 use burn_flex::{Flex, FlexDevice};
 use ember_core::{Accelerator, AcceleratorKind, DeviceStats, Precision};
 use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System};
@@ -22,20 +18,11 @@ use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System};
 /// The backend CPU runs train on.
 pub type CpuBackend = Autodiff<Flex>;
 
-/// The host CPU, its autodiff keeping activations as checkpoint strategy `C` says.
-pub struct Cpu<C = NoCheckpointing>(PhantomData<C>);
-
 /// The host CPU.
-pub type CpuAccelerator = Cpu<NoCheckpointing>;
+pub struct CpuAccelerator;
 
-/// The host CPU with activation checkpointing: burn's `BalancedCheckpointing` recomputes the
-/// outputs of cheap (memory-bound) operations in the backward pass instead of keeping them.
-/// `--trainer.activation_checkpointing=true` runs it where a program registered it
-/// (`Registry::register_checkpointing::<CpuCheckpointing>()`).
-pub type CpuCheckpointing = Cpu<BalancedCheckpointing>;
-
-impl<C: CheckpointStrategy> Accelerator for Cpu<C> {
-    type Backend = Autodiff<Flex, C>;
+impl Accelerator for CpuAccelerator {
+    type Backend = CpuBackend;
 
     fn name() -> &'static str {
         "cpu"
@@ -93,8 +80,8 @@ impl<C: CheckpointStrategy> Accelerator for Cpu<C> {
     }
 
     fn install_kernels() {
-        ember_core::nn::install_batch_norm::<Autodiff<Flex, C>>(batch_norm::CpuBatchNorm);
-        ember_core::nn::install_layer_norm::<Autodiff<Flex, C>>(layer_norm::CpuLayerNorm);
+        ember_core::nn::install_batch_norm::<CpuBackend>(batch_norm::CpuBatchNorm);
+        ember_core::nn::install_layer_norm::<CpuBackend>(layer_norm::CpuLayerNorm);
     }
 
     fn device_stats(_device: &FlexDevice) -> DeviceStats {

@@ -131,7 +131,6 @@ pub fn spec<A: Accelerator>() -> AcceleratorSpec {
         probe: probe::<A>,
         parse_devices: A::parse_devices,
         deterministic: A::deterministic,
-        activation_checkpointing: false,
         device_collective: A::device_collective_name(),
     }
 }

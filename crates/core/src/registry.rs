@@ -39,8 +39,6 @@ fn run_on<J: Job, A: Accelerator>(job: J, context: &RunContext) -> anyhow::Resul
 pub struct Registry<J: Job> {
     plugins: Plugins,
     runners: Vec<Runner<J>>,
-    /// Each accelerator's activation-checkpointing variant, where one is registered.
-    checkpointing: Vec<Option<Runner<J>>>,
     engine: Option<Box<dyn Engine>>,
 }
 
@@ -56,7 +54,6 @@ impl<J: Job> Registry<J> {
         Self {
             plugins: Plugins::builtin(),
             runners: Vec::new(),
-            checkpointing: Vec::new(),
             engine: None,
         }
     }
@@ -96,26 +93,6 @@ impl<J: Job> Registry<J> {
             .accelerators
             .push(accelerator::spec::<A>());
         self.runners.push(run_on::<J, A>);
-        self.checkpointing.push(None);
-        Ok(self)
-    }
-
-    /// Registers `A` as the activation-checkpointing variant of the accelerator registered
-    /// under `A::name()`: the same accelerator on a backend that recomputes activations in the
-    /// backward pass (burn's `Autodiff<_, BalancedCheckpointing>`; for cpu,
-    /// `ember::cpu::CpuCheckpointing`), which `--trainer.activation_checkpointing=true` runs.
-    /// It is another instance of the whole Trainer for that backend, so a program registers
-    /// it only where it is wanted.
-    pub fn register_checkpointing<A: Accelerator>(mut self) -> Result<Self, RegistryError> {
-        let accelerators = &mut self.plugins.catalog.accelerators;
-        let Some(i) = accelerators.iter().position(|a| a.name == A::name()) else {
-            return Err(RegistryError::Missing {
-                what: "accelerator",
-                name: A::name().to_owned(),
-            });
-        };
-        accelerators[i].activation_checkpointing = true;
-        self.checkpointing[i] = Some(run_on::<J, A>);
         Ok(self)
     }
 
@@ -132,7 +109,6 @@ impl<J: Job> Registry<J> {
             Some(i) => {
                 self.plugins.catalog.accelerators[i] = accelerator::spec::<A>();
                 self.runners[i] = run_on::<J, A>;
-                self.checkpointing[i] = None;
                 Ok(self)
             }
             None => self.register::<A>(),
@@ -295,16 +271,6 @@ impl<J: Job> Registry<J> {
                 .cluster_environment(&plan.cluster_environment)
                 .cloned(),
         };
-        let runner = match plan.activation_checkpointing {
-            false => Some(self.runners[index]),
-            true => self.checkpointing[index],
-        };
-        let runner = runner.ok_or_else(|| {
-            anyhow::anyhow!(
-                "accelerator `{}` has no activation-checkpointing variant registered",
-                plan.accelerator
-            )
-        })?;
-        runner(job, &context)
+        (self.runners[index])(job, &context)
     }
 }

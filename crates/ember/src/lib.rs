@@ -171,12 +171,12 @@ pub mod callbacks {
 }
 
 /// Layers of ember's own: burn's layers, fused where the accelerator has a kernel for them
-/// (see `docs/trainer.md`, Layers).
+/// (see `docs/trainer.md`, Layers), and activation checkpointing of chosen blocks.
 pub mod nn {
     #[doc(inline)]
     pub use ember_core::nn::{
         BatchNorm, BatchNormConfig, BatchNormKernel, BatchNormStats, LayerNorm, LayerNormConfig,
-        LayerNormKernel, install_batch_norm, install_layer_norm,
+        LayerNormKernel, Recomputing, install_batch_norm, install_layer_norm, recompute,
     };
 }
 

@@ -35,25 +35,6 @@ pub fn check_deterministic(
     }
 }
 
-/// Refuses `--trainer.activation_checkpointing=true` on an accelerator with no checkpointing
-/// variant registered.
-pub fn check_activation_checkpointing(
-    accelerator: &str,
-    wanted: bool,
-    available: bool,
-) -> PlanResult<()> {
-    match wanted && !available {
-        true => Err(FlagError::new(
-            "--trainer.activation_checkpointing",
-            "true",
-            format!(
-                "false: this program registers no activation-checkpointing variant of accelerator {accelerator} (Registry::register_checkpointing; the cpu one is ember::cpu::CpuCheckpointing)"
-            ),
-        )),
-        false => Ok(()),
-    }
-}
-
 /// Whether this architecture has a flush-to-zero mode ember can set (x86-64's MXCSR,
 /// aarch64's FPCR).
 pub const FLUSH_DENORMAL_SUPPORTED: bool =

@@ -46,9 +46,6 @@ pub struct AcceleratorSpec {
     pub parse_devices: fn(&DevicesFlag, usize) -> Result<Vec<usize>, String>,
     /// Whether it can honour `deterministic=true` (the error says why not).
     pub deterministic: fn() -> Result<(), String>,
-    /// Whether a variant that recomputes activations in the backward pass is registered for
-    /// it (`activation_checkpointing=true`).
-    pub activation_checkpointing: bool,
     /// The name of its collective that sums gradients on the device (`nccl` for cuda), a
     /// process group backend `ddp` can use; `None`: only the host collective.
     pub device_collective: Option<&'static str>,

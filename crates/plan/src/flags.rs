@@ -45,10 +45,10 @@ options_table! {
     /// Require bitwise reproducible kernels, or refuse at plan time (`--trainer.deterministic`).
     deterministic: bool = false, Flag,
         "require bitwise reproducible kernels, or fail if the accelerator has none";
-    /// Recompute activations in the backward pass instead of keeping them, on an accelerator
-    /// that has an activation-checkpointing variant (`--trainer.activation_checkpointing`).
+    /// Recompute the activations of the blocks a model runs through `ember::nn::recompute` in
+    /// the backward pass instead of keeping them (`--trainer.activation_checkpointing`).
     activation_checkpointing: bool = false, Flag,
-        "recompute cheap activations in the backward pass instead of keeping them (less memory, more time)";
+        "recompute the activations of the model's checkpointed blocks in the backward pass instead of keeping them (less memory, more time)";
     /// Flush subnormal floats on host threads; `None`: the accelerator's default
     /// (`--trainer.flush_denormal`).
     flush_denormal: Option<bool> = None, FlagOrNull,

@@ -27,9 +27,8 @@ pub struct Plan {
     /// connector refused it where the accelerator cannot honour it, and the Trainer's builder
     /// refuses a hand-made plan that asks it of such an accelerator.
     pub deterministic: bool,
-    /// Whether the run recomputes activations in the backward pass
-    /// (`--trainer.activation_checkpointing`), on the accelerator's checkpointing variant;
-    /// shown when set.
+    /// Whether fit recomputes the activations of the model's checkpointed blocks in the
+    /// backward pass (`--trainer.activation_checkpointing`); shown when set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub activation_checkpointing: bool,
     /// Whether host threads flush subnormal floats to zero (`--trainer.flush_denormal`, on by

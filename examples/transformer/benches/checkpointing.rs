@@ -1,13 +1,13 @@
 //! `--trainer.activation_checkpointing` on the larger transformer (d_model 256, 4 blocks of 4
-//! heads, context 128, batch 32, the example's AdamW and schedule): the cpu accelerator's
-//! checkpointing variant (burn's `BalancedCheckpointing`, which recomputes the outputs of
-//! cheap operations in the backward pass instead of keeping them) against the default. Each
-//! setting is a process of its own (2 threads) fitting `STEPS` steps through the transformer
-//! app's command line, no validation, loggers or checkpoints; it reports the fit's steps/s and
-//! its own peak resident memory (VmHWM, start-up and data included). A hand-written burn loop
-//! (AdamW at a constant rate, burn's own layer norm rather than ember's fused kernel) runs the
-//! same two backends beside it, to show what the strategy saves on unfused operations. The
-//! settings alternate, and the figures are medians over the rounds.
+//! heads, context 128, batch 32, the example's AdamW and schedule), whose blocks run through
+//! `ember::nn::recompute`: on, the backward pass keeps each block's input and runs the block
+//! again instead of keeping its activations; off, every activation is kept. Each setting is a
+//! process of its own (2 threads) fitting `STEPS` steps through the transformer app's command
+//! line, no validation, loggers or checkpoints; it reports the fit's steps/s and its own peak
+//! resident memory (VmHWM, start-up and data included). A hand-written burn loop (AdamW at a
+//! constant rate, burn's own layer norm rather than ember's fused kernel) runs the same model
+//! with `ember::nn::Recomputing` held or not beside it. The settings alternate, and the figures
+//! are medians over the rounds.
 //!
 //! `cargo xtask bench checkpointing [ROUNDS]`; last line:
 //! `checkpointing/transformer-l: peak RSS X.XXx (on A MiB, off B MiB), steps/s X.XXx (on C, off D)`
@@ -21,7 +21,6 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
-use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use burn_flex::{Flex, FlexDevice};
 use transformer::data::TokenBatcher;
 use transformer::{CharLm, TokenBatch};
@@ -108,8 +107,11 @@ fn main() -> anyhow::Result<()> {
         .map(|i| &args[i + 1])
     {
         let rate = match setting.as_str() {
-            "hand-on" => by_hand::<Autodiff<Flex, BalancedCheckpointing>>(&FlexDevice)?,
-            "hand-off" => by_hand::<Autodiff<Flex, NoCheckpointing>>(&FlexDevice)?,
+            "hand-on" => {
+                let _on = ember::nn::Recomputing::on::<Autodiff<Flex>>();
+                by_hand::<Autodiff<Flex>>(&FlexDevice)?
+            }
+            "hand-off" => by_hand::<Autodiff<Flex>>(&FlexDevice)?,
             on_or_off => contender(on_or_off == "on")?,
         };
         println!("{rate} {}", peak_rss_mib());

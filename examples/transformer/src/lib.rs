@@ -162,14 +162,4 @@ impl App for CharLmApp {
         flags.options.gradient_clip_val = Some(1.0);
         flags
     }
-
-    /// The cpu accelerator's activation-checkpointing variant
-    /// (`--trainer.activation_checkpointing=true`): a larger model's activations are what
-    /// fills memory.
-    #[cfg(feature = "cpu")]
-    fn register(
-        registry: ember::Registry<ember::AppJob<Self>>,
-    ) -> Result<ember::Registry<ember::AppJob<Self>>, ember::RegistryError> {
-        registry.register_checkpointing::<ember::cpu::CpuCheckpointing>()
-    }
 }

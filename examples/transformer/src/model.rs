@@ -185,12 +185,17 @@ impl<B: Backend> CharLm<B> {
         let positions = Tensor::<B, 1, Int>::arange(0..t as i64, &device).unsqueeze::<2>();
         let x = self.tokens.forward(ids) + self.positions.forward(positions);
         let causal = generate_autoregressive_mask::<B>(n, t, &device);
-        let x = self
-            .blocks
-            .iter()
-            .fold(self.dropout.forward(x), |x, block| {
-                block.forward(x, causal.clone())
-            });
+        // Under activation checkpointing every block but the last is recomputed in the backward
+        // pass: the last one's activations are the first the backward pass uses, so keeping
+        // them costs no more memory at the peak than recomputing it would.
+        let last = self.blocks.len().saturating_sub(1);
+        let x = (self.blocks.iter().enumerate()).fold(self.dropout.forward(x), |x, (i, block)| {
+            let causal = causal.clone();
+            match i < last {
+                true => ember::nn::recompute(block, x, move |b, x| b.forward(x, causal.clone())),
+                false => block.forward(x, causal),
+            }
+        });
         let x = self.norm.forward(x);
         match &self.output {
             Some(output) => output.forward(x),

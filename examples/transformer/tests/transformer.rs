@@ -1,11 +1,13 @@
 //! The transformer example end to end: a short fit learns more than the characters'
 //! frequencies, `predict` continues a prompt, a fit stopped mid-epoch resumes bitwise
-//! (ACCEPTANCE 29) from the text and streaming token shards, and two ddp ranks train from
-//! shards.
+//! (ACCEPTANCE 29) from the text and streaming token shards, two ddp ranks train from
+//! shards, and activation checkpointing keeps the results.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use burn::tensor::TensorData;
 use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
@@ -231,29 +233,66 @@ fn a_truncated_shard_stops_the_fit_naming_it_and_the_checkpoint_before_still_res
     assert!(stdout.contains("trained 5 steps"), "{stdout}");
 }
 
-/// `--trainer.activation_checkpointing=true` runs the cpu accelerator's checkpointing
-/// variant, which recomputes what it did not keep: the same weights and optimizer state,
-/// bitwise, as the default.
+/// The tensors of the newest checkpoint a fit of [`SMALL`] with two blocks (the example
+/// recomputes all but the last) and `args` wrote in `dir`, in its newest log version.
+fn fit_tensors(dir: &Path, args: &[&str]) -> BTreeMap<String, TensorData> {
+    let mut all = vec!["fit", "--trainer.enable_progress_bar=false"];
+    all.extend(SMALL);
+    all.push("--model.layers=2");
+    all.extend(args);
+    transformer(dir, &all);
+    let version = ember_acceptance::checkpoints::newest(&dir.join("lightning_logs"));
+    let ckpts = version.join("checkpoints");
+    ember_acceptance::checkpoints::tensors(&ember_acceptance::checkpoints::newest(&ckpts))
+}
+
+/// `--trainer.activation_checkpointing=true` recomputes each block (the example runs its blocks
+/// through `ember::nn::recompute`) instead of keeping its activations: without dropout, the
+/// same weights and optimizer state as keeping them, bitwise.
 #[test]
-fn activation_checkpointing_trains_to_the_same_bits() {
+fn activation_checkpointing_trains_to_the_same_bits_without_dropout() {
     let ends: Vec<_> = ["false", "true"]
         .into_iter()
         .map(|on| {
             let dir = tempfile::tempdir().unwrap();
             let flag = format!("--trainer.activation_checkpointing={on}");
-            let mut args = vec!["fit", "--trainer.max_steps=6", &flag];
-            args.extend(SMALL);
-            transformer(dir.path(), &args);
             let plan = transformer(dir.path(), &["fit", &flag, "--print-plan"]);
             let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
             assert_eq!(
                 plan["activation_checkpointing"].as_bool().unwrap_or(false),
                 on == "true"
             );
-            let ckpts = dir.path().join("lightning_logs/version_0/checkpoints");
-            ember_acceptance::checkpoints::tensors(&ember_acceptance::checkpoints::newest(&ckpts))
+            fit_tensors(
+                dir.path(),
+                &["--trainer.max_steps=6", "--model.dropout=0", &flag],
+            )
         })
         .collect();
     assert!(ends[0].len() > 10, "{:?}", ends[0].keys());
     assert!(ends[0] == ends[1], "checkpointing changed the result");
+}
+
+/// With dropout on and activation checkpointing, a fit stopped after 5 steps and resumed to 10
+/// ends where one of 10 steps does, bitwise: a recomputed block draws the masks its forward
+/// pass drew, from a seed that follows the run's seed and the batch (a seed of its own, so
+/// the masks, and the weights, differ from a run with the flag off).
+#[test]
+fn activation_checkpointing_with_dropout_resumes_bitwise() {
+    let on = "--trainer.activation_checkpointing=true";
+    let whole = tempfile::tempdir().unwrap();
+    let ten = fit_tensors(whole.path(), &["--trainer.max_steps=10", on]);
+    let off = tempfile::tempdir().unwrap();
+    let ten_off = fit_tensors(off.path(), &["--trainer.max_steps=10"]);
+    assert!(
+        ten != ten_off,
+        "the flag made no difference: was any block recomputed?"
+    );
+    let parts = tempfile::tempdir().unwrap();
+    fit_tensors(parts.path(), &["--trainer.max_steps=5", on]);
+    let resumed = fit_tensors(
+        parts.path(),
+        &["--trainer.max_steps=10", on, "--trainer.ckpt_path=last"],
+    );
+    assert!(ten.len() > 10, "{:?}", ten.keys());
+    assert!(ten == resumed, "the resumed run's weights differ");
 }

@@ -9,9 +9,11 @@
 mod batch_norm;
 pub mod kernels;
 mod layer_norm;
+mod recompute;
 
 pub use batch_norm::{BatchNorm, BatchNormConfig};
 pub use kernels::{
     BatchNormKernel, BatchNormStats, LayerNormKernel, install_batch_norm, install_layer_norm,
 };
 pub use layer_norm::{LayerNorm, LayerNormConfig};
+pub use recompute::{Recomputing, recompute};

@@ -42,13 +42,6 @@ pub enum RegistryError {
         /// The name.
         name: String,
     },
-    /// A variant of an accelerator that is not registered (register it first).
-    Missing {
-        /// `accelerator`.
-        what: &'static str,
-        /// The name.
-        name: String,
-    },
     /// The name is empty, reserved, or has characters other than `a-z 0-9 _ -`.
     BadName {
         /// `accelerator`, `strategy`, `plugin`, `cluster environment`, `callback` or `logger`.
@@ -76,10 +69,6 @@ impl fmt::Display for RegistryError {
                     "{what} `{name}`: the name is already taken by a precision, a plugin, a cluster environment or a process group backend"
                 ),
             },
-            RegistryError::Missing { what, name } => write!(
-                f,
-                "no {what} `{name}` is registered: register it before its activation-checkpointing variant"
-            ),
             RegistryError::BadName { what, name } => write!(
                 f,
                 "cannot register {what} `{name}`: names are lowercase a-z, 0-9, `_` or `-`, and not {}",

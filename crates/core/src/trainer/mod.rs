@@ -46,6 +46,7 @@ use crate::collective::Collective;
 use crate::context::RunContext;
 use crate::error::FlagError;
 use crate::loggers::{Logger, Loggers};
+use crate::nn::Recomputing;
 use crate::options::TrainerOptions;
 use crate::plan::Plan;
 use crate::plugins::precision::PrecisionPlugin;
@@ -408,6 +409,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             schedule,
             resume_from,
         } = self.agree(checked)?;
+        let plan = &self.strategy.parts().plan;
+        let _recomputing = (plan.activation_checkpointing).then(Recomputing::on::<B>);
         self.find_lr_before_fit(&model, data)?;
         let mut run = self.start(Stage::Fit)?;
         if self.options.enable_model_summary && self.is_global_zero() {

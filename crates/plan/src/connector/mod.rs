@@ -49,11 +49,6 @@ pub fn connect(
         flags.deterministic,
         accelerator.deterministic,
     )?;
-    crate::accelerator::check_activation_checkpointing(
-        accelerator.name,
-        flags.activation_checkpointing,
-        accelerator.activation_checkpointing,
-    )?;
     let flush_denormal =
         crate::accelerator::flush_denormal(flags.flush_denormal, accelerator.kind)?;
     let environment = match chosen.environment {

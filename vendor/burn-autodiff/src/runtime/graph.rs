@@ -117,6 +117,7 @@ impl AutodiffClient for GraphMutexClient {
 
         let grads = {
             let mut state = graph.state.lock();
+            let _running = Differentiating::enter(&graph);
             state
                 .server
                 .backward::<GraphCleaner, B>(root.node, root.primitive, node_id)
@@ -134,6 +135,7 @@ impl AutodiffClient for GraphMutexClient {
 
         let grads = {
             let mut state = graph.state.lock();
+            let _running = Differentiating::enter(&graph);
             state
                 .server
                 .backward::<GraphCleaner, B>(root.node, root.primitive, node_id)
@@ -162,7 +164,12 @@ impl<'a> GraphCleaner<'a> {
         let mut should_remove = Vec::new();
         for graph in graphs.values() {
             {
-                let mut guard = graph.state.lock();
+                // A graph whose backward pass is running on this thread (a backward run from
+                // inside one of its steps, as activation checkpointing does) is busy: waiting
+                // for it would never end, and its own backward cleans it when it finishes.
+                let Some(mut guard) = graph.state.try_lock() else {
+                    continue;
+                };
                 // Double safety: in case it was marked as no longer useful, but other
                 // nodes are still relevant, we only check which nodes can safely be removed.
                 if !guard.server.maybe_useful() {
@@ -210,7 +217,9 @@ impl GraphLocator {
     ///
     /// An `Arc<Graph>` representing the selected or merged graph.
     pub(crate) fn select(&mut self, node: NodeId, parents: &[Parent]) -> Arc<Graph> {
-        match self.analyse(node, parents) {
+        let analysis = self.analyse(node, parents);
+        Differentiating::refuse(&analysis);
+        match analysis {
             GraphAnalysis::NoCollision(graph) => {
                 if graph.origin != node {
                     self.graphs.insert(node, graph.clone());
@@ -346,6 +355,59 @@ impl GraphLocator {
                 self.keys.remove(&graph.origin);
             }
         }
+    }
+}
+
+/// The graphs whose backward pass is running on this thread, innermost last: an operation
+/// recorded into one of them (a backward step that runs a tracked computation, as activation
+/// checkpointing does, and uses a tensor of the graph being differentiated) would wait for that
+/// graph's lock forever, and panics saying so instead.
+struct Differentiating(*const Graph);
+
+#[cfg(feature = "std")]
+std::thread_local! {
+    static RUNNING: core::cell::RefCell<Vec<*const Graph>> = const { core::cell::RefCell::new(Vec::new()) };
+}
+
+impl Differentiating {
+    fn enter(graph: &Arc<Graph>) -> Self {
+        let graph = Arc::as_ptr(graph);
+        #[cfg(feature = "std")]
+        RUNNING.with(|running| running.borrow_mut().push(graph));
+        Self(graph)
+    }
+
+    fn refuse(analysis: &GraphAnalysis) {
+        #[cfg(feature = "std")]
+        {
+            let running = |graph: &Arc<Graph>| {
+                RUNNING.with(|running| running.borrow().contains(&Arc::as_ptr(graph)))
+            };
+            let busy = match analysis {
+                GraphAnalysis::NoCollision(graph) => running(graph),
+                GraphAnalysis::Collisions(graphs) => graphs.values().any(running),
+            };
+            assert!(
+                !busy,
+                "an operation inside a backward pass used a tensor of the graph being \
+                 differentiated (a tracked tensor captured by a block recomputed in the \
+                 backward pass?); it would wait on that backward pass forever"
+            );
+        }
+        #[cfg(not(feature = "std"))]
+        let _ = analysis;
+    }
+}
+
+impl Drop for Differentiating {
+    fn drop(&mut self) {
+        #[cfg(feature = "std")]
+        RUNNING.with(|running| {
+            let mut running = running.borrow_mut();
+            if let Some(at) = running.iter().rposition(|graph| *graph == self.0) {
+                running.remove(at);
+            }
+        });
     }
 }
 
