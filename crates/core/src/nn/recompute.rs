@@ -425,6 +425,25 @@ mod tests {
     }
 
     #[test]
+    fn a_block_run_twice_gets_the_gradients_of_both_runs() {
+        let _generator = generator();
+        let device = Default::default();
+        let block = Mlp::<B>::new(0.0, &device);
+        block.visit(&mut Initialise);
+        let x = Tensor::<B, 3>::random([2, 3, 8], Distribution::Default, &device);
+        let grad = |checkpointed: bool| {
+            let _on = checkpointed.then(Recomputing::on::<B>);
+            let twice = (0..2).fold(x.clone(), |x, _| {
+                recompute(&block, x, |block, x| block.forward(x))
+            });
+            let grads = GradientsParams::from_grads(twice.sum().backward(), &block);
+            let grad = grads.get::<Flex, 2>(block.expand.weight.id).unwrap();
+            grad.into_data().to_vec::<f32>().unwrap()
+        };
+        assert_eq!(grad(true), grad(false));
+    }
+
+    #[test]
     fn a_captured_tensor_that_needs_a_gradient_fails_with_a_message_instead_of_hanging() {
         let device = Default::default();
         let block = Mlp::<B>::new(0.0, &device);
