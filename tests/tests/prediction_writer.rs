@@ -6,7 +6,9 @@
 //! dataset indices of its items and its loader; `return_predictions=false` returns nothing.
 
 use std::cell::RefCell;
-use std::path::Path;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use burn::data::dataset::InMemDataset;
@@ -241,9 +243,10 @@ fn the_json_lines_writer_refuses_batch_and_epoch_naming_the_setting() {
     assert!(err.contains("batch_and_epoch"), "{err}");
 }
 
-/// docs/trainer.md's example writer, with its directory given: `item index,class` lines, a
-/// file per rank, started afresh by each `predict`.
-struct Csv(std::path::PathBuf, Option<std::fs::File>);
+/// docs/trainer.md's example writer, as the page shows it.
+/// Each item's predicted class as a line `item index,class` in `classes-rank<N>.csv` under its
+/// folder, a file per rank.
+struct Csv(PathBuf, Option<File>);
 
 impl WritePredictions for Csv {
     fn write_on_batch_end(
@@ -251,12 +254,9 @@ impl WritePredictions for Csv {
         ctx: &mut CallbackContext<'_>,
         batch: &PredictedBatch,
     ) -> anyhow::Result<()> {
-        use std::io::Write;
         if self.1.is_none() {
-            let path = self
-                .0
-                .join(format!("classes-rank{}.csv", ctx.state.global_rank));
-            self.1 = Some(std::fs::File::create(path)?);
+            let name = format!("classes-rank{}.csv", ctx.state.global_rank);
+            self.1 = Some(File::create(self.0.join(name))?);
         }
         let file = self.1.as_mut().expect("created above");
         let classes: Vec<u32> = serde_json::from_value(batch.prediction.clone())?;
@@ -267,7 +267,7 @@ impl WritePredictions for Csv {
     }
 
     fn finish(&mut self, _: &mut CallbackContext<'_>) -> anyhow::Result<()> {
-        self.1 = None;
+        self.1 = None; // the next predict starts its files afresh
         Ok(())
     }
 }
@@ -276,8 +276,8 @@ impl WritePredictions for Csv {
 fn the_docs_csv_writer_writes_each_item_once_per_predict() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let csv = Csv(dir.path().to_owned(), None);
-    let writer = PredictionWriter::new(csv, WriteInterval::Batch);
+    let folder = dir.path().to_owned();
+    let writer = PredictionWriter::new(Csv(folder, None), WriteInterval::Batch);
     let mut trainer = trainer(dir.path(), false).with_callback(writer);
     for _ in 0..2 {
         trainer

@@ -51,8 +51,8 @@ fn named_paths(line: &str, dir: &Path) -> Vec<std::path::PathBuf> {
     paths
 }
 
-/// Names every path README.md or docs/*.md mentions that does not exist; true when all do.
-pub(crate) fn check(root: &Path) -> bool {
+/// The manual: README.md and docs/*.md, sorted.
+pub(crate) fn manual(root: &Path) -> Vec<std::path::PathBuf> {
     let mut files = vec![root.join("README.md")];
     let docs = std::fs::read_dir(root.join("docs"))
         .into_iter()
@@ -63,8 +63,13 @@ pub(crate) fn check(root: &Path) -> bool {
             .filter(|p| p.extension().is_some_and(|e| e == "md")),
     );
     files.sort();
+    files
+}
+
+/// Names every path README.md or docs/*.md mentions that does not exist; true when all do.
+pub(crate) fn check(root: &Path) -> bool {
     let mut clean = true;
-    for file in files {
+    for file in manual(root) {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         let dir = file.parent().unwrap_or(root);
         for (number, line) in text.lines().enumerate() {

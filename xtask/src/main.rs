@@ -12,6 +12,7 @@ mod leftovers;
 mod matrix;
 mod packaging;
 mod repeat;
+mod snippets;
 mod unify;
 mod wording;
 
@@ -67,7 +68,8 @@ cargo xtask <task>
   lint               layering (no module cycle in ember-plan/ember-core, files <= 500
                      lines, no burn under ember-plan), no words about how the work is
                      organised in README, docs/ and the examples' sources, every path the
-                     docs name exists, the test rows resolve dependencies
+                     docs name exists, every Rust block of the docs compiled (a doc test or
+                     code a crate, example or test holds), the test rows resolve dependencies
                      alike (cargo tree), the crates for users package (cargo package,
                      licence files; the rest publish = false), fmt --check, clippy -D warnings
   ci                 lint, then test
@@ -220,6 +222,7 @@ fn lint() -> bool {
     layering::check(&root())
         && wording::check(&root())
         && doclinks::check(&root())
+        && snippets::check(&root())
         && unify::rows_share_dependency_builds()
         && packaging::check(&root())
         && run("cargo", &["fmt", "--all", "--", "--check"], &[])

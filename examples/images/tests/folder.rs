@@ -131,3 +131,26 @@ fn a_file_that_does_not_decode_stops_the_fit_naming_it() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--data.root"), "{stderr}");
 }
+
+/// docs/data.md's augmentation pipeline, as the page shows it, on a prepared folder.
+#[test]
+fn the_manuals_augmentation_pipeline_builds_a_loader_of_the_folder() -> anyhow::Result<()> {
+    use ember::Loader;
+    let dir = folder();
+    let root = dir.path();
+    use ember::vision::{HorizontalFlip, ImageFolder, Normalize, RandomCrop, ToTensor, Transform};
+
+    let augment = RandomCrop::new(32)
+        .padding(4)
+        .then(HorizontalFlip::new(0.5))
+        .then(ToTensor)
+        .then(Normalize::new([0.49, 0.48, 0.45], [0.25, 0.24, 0.26]));
+    let train = Loader::from_source(ImageFolder::open(root.join("train"))?, 128)
+        .map(move |(image, class), key| Ok((augment.apply(image, &mut key.rng())?, class)))
+        .shuffled()
+        .num_workers(2);
+    // Items are (TensorData [3, 32, 32], i64): `type Batcher = Stack;` gives the model
+    // `(Tensor<B, 4>, Tensor<B, 1, Int>)`.
+    assert_eq!(train.num_batches(), 1);
+    Ok(())
+}

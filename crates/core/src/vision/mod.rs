@@ -3,11 +3,13 @@
 //! randomness from the generator it is given (an item's [`ItemKey::rng`](crate::ItemKey::rng)).
 //!
 //! ```ignore
-//! let augment = RandomCrop::new(32).padding(4)
+//! // docs/data.md's example, compiled in examples/images/tests/folder.rs
+//! let augment = RandomCrop::new(32)
+//!     .padding(4)
 //!     .then(HorizontalFlip::new(0.5))
 //!     .then(ToTensor)
 //!     .then(Normalize::new([0.49, 0.48, 0.45], [0.25, 0.24, 0.26]));
-//! let train = Loader::from_source(ImageFolder::open("data/train")?, 128)
+//! let train = Loader::from_source(ImageFolder::open(root.join("train"))?, 128)
 //!     .map(move |(image, class), key| Ok((augment.apply(image, &mut key.rng())?, class)))
 //!     .shuffled()
 //!     .num_workers(2);
