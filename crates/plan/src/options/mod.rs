@@ -201,8 +201,7 @@ options_table! {
     /// `true` or N: N batches of train and val, one epoch, no loggers, no checkpoints
     /// (0: off).
     fast_dev_run: u64 = 0, FlagOrCount,
-        "true or N: run N batches of each loop once, with no logging or checkpoints",
-        shown "false";
+        "true or N: run N batches of each loop once, with no logging or checkpoints";
     /// Train (unshuffled) and validate on this many, or this fraction of, training batches.
     overfit_batches: Limit = Limit::Batches(0), Limit,
         "train and validate on this many (or this fraction of) training batches, unshuffled";
@@ -264,7 +263,7 @@ options_table! {
     /// `true` (csv), `false` (no files), `csv`, `tensorboard`, `mlflow` (a tracking server:
     /// `MLFLOW_TRACKING_URI`), a logger the program registered, or a list of them.
     logger: Vec<String> = vec![DEFAULT_LOGGER.to_owned()], LoggerNames,
-        "true (csv), false, or a list of csv, tensorboard, mlflow and registered loggers", shown "true";
+        "true (csv), false, or a list of csv, tensorboard, mlflow and registered loggers", shown "[csv]";
     /// A list: callback names, or `{class_path, init_args}` tables.
     callbacks: Vec<CallbackSpec> = Vec::new(), Callbacks,
         "a list of callbacks: names, or {class_path, init_args} tables";
