@@ -272,6 +272,19 @@ fn activation_checkpointing_trains_to_the_same_bits_without_dropout() {
     assert!(ends[0] == ends[1], "checkpointing changed the result");
 }
 
+/// With the flag on and no block marked (one block: the example leaves the last one out), the
+/// fit says that nothing was recomputed.
+#[test]
+fn activation_checkpointing_without_a_marked_block_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["fit", "--trainer.max_steps=1"];
+    args.extend(SMALL);
+    args.push("--trainer.activation_checkpointing=true");
+    let out = transformer(dir.path(), &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nothing was recomputed"), "{stderr}");
+}
+
 /// With dropout on and activation checkpointing, a fit stopped after 5 steps and resumed to 10
 /// ends where one of 10 steps does, bitwise: a recomputed block draws the masks its forward
 /// pass drew, from a seed that follows the run's seed and the batch (a seed of its own, so

@@ -410,7 +410,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             resume_from,
         } = self.agree(checked)?;
         let plan = &self.strategy.parts().plan;
-        let _recomputing = (plan.activation_checkpointing).then(Recomputing::on::<B>);
+        let recomputing = (plan.activation_checkpointing).then(Recomputing::on::<B>);
         self.find_lr_before_fit(&model, data)?;
         let mut run = self.start(Stage::Fit)?;
         if self.options.enable_model_summary && self.is_global_zero() {
@@ -424,6 +424,9 @@ impl<B: AutodiffBackend> Trainer<B> {
         let loaders = FitLoaders::new(loaders, made_for, every, make);
         let result = FitLoop::new(self, &mut run, schedule, model, resume_from)
             .and_then(|fit| fit.run(&batcher, loaders));
+        if recomputing.is_some_and(|on| on.blocks_recomputed() == 0) && result.is_ok() {
+            tracing::warn!(target: "ember", "--trainer.activation_checkpointing=true, but the model ran no block through ember::nn::recompute: nothing was recomputed");
+        }
         crate::plugins::lockstep::at_step(None);
         self.finish(run, result)
     }
