@@ -31,11 +31,14 @@ use burn_autodiff::ops::{Backward, Ops, OpsKind};
 
 /// Runs `forward(block, x)`; while activation checkpointing is on for `B`, the block's
 /// activations are recomputed in the backward pass instead of kept (see the module docs).
-/// Results and gradients are those of `forward(block, x)`.
+/// Results and gradients are those of `forward(block, x)` run from a seed the call draws from
+/// the backend's generator: bitwise the same for a block without randomness, other dropout
+/// masks for one with it.
 ///
 /// `forward` may use `x`, `block` and tensors that need no gradient (masks, constants); a
 /// float tensor from the rest of the model that needs a gradient must not be captured (pass it
-/// through `x`, or into `block`), and `block`'s parameters must not be used outside it.
+/// through `x`, or into `block`), and `block`'s parameters must not be used outside it (calls
+/// may share a block).
 pub fn recompute<B, M, F, const D: usize>(block: &M, x: Tensor<B, D>, forward: F) -> Tensor<B, D>
 where
     B: Backend,
