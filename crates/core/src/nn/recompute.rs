@@ -179,13 +179,14 @@ where
 /// burn's autodiff tensor over `I` (its type is only reachable through the backend).
 type AutodiffTensor<I> = FloatTensor<Autodiff<I>>;
 
-/// `value` as `T` when it is one (the same type behind two names), else back as it was.
+/// `value` as `T` when it is one (the same type behind two names), else back as it was; moved,
+/// not boxed.
 fn cast<S: 'static, T: 'static>(value: S) -> Result<T, S> {
-    let boxed: Box<dyn Any> = Box::new(value);
-    match boxed.downcast::<T>() {
-        Ok(value) => Ok(*value),
-        Err(boxed) => Err(*boxed.downcast::<S>().expect("the value's own type")),
+    let mut slot = Some(value);
+    if let Some(same) = (&mut slot as &mut dyn Any).downcast_mut::<Option<T>>() {
+        return Ok(same.take().expect("filled above"));
     }
+    Err(slot.take().expect("filled above"))
 }
 
 /// The runner of an autodiff backend: see the module docs.
