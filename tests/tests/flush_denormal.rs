@@ -1,7 +1,8 @@
 //! `--trainer.flush_denormal`: a run on the cpu accelerator flushes subnormal floats to zero on
-//! the loop's thread and on every thread of rayon's pool (where burn-flex and gemm run their
-//! parallel kernels); with `flush_denormal=false` it does not. The pool belongs to the whole
-//! process, so this file holds one test, in a test binary of its own.
+//! the loop's thread and on every thread of its rayon pool (where burn-flex and gemm run their
+//! parallel kernels); with `flush_denormal=false` it does not. The mode is set before the run on
+//! the global pool too, which belongs to the whole process, so this file holds one test, in a
+//! test binary of its own.
 
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};

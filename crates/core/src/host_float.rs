@@ -8,9 +8,9 @@
 //! TensorFlow does by default and `torch.set_flush_denormal(True)` does on request.
 //!
 //! The mode is a per-thread register. The Trainer sets it on the thread that runs the loop and
-//! on every thread of rayon's global pool, where burn-flex and gemm compute their parallel
-//! kernels; a thread created afterwards takes its creator's mode. It stays set after the run,
-//! as torch's does.
+//! on every thread of that thread's rayon pool (see [`host_pool`](crate::host_pool)), where
+//! burn-flex and gemm compute their parallel kernels; a thread created afterwards takes its
+//! creator's mode. It stays set after the run, as torch's does.
 
 /// Whether this architecture has a flush-to-zero mode ember can set.
 pub const SUPPORTED: bool = ember_plan::accelerator::FLUSH_DENORMAL_SUPPORTED;
@@ -55,8 +55,9 @@ pub fn take_subnormals_seen() -> bool {
 }
 
 /// Sets (or clears) flush-to-zero and denormals-are-zero, as `torch.set_flush_denormal` does,
-/// on the calling thread and on every thread of rayon's global pool (created now if it does
-/// not exist yet), where burn-flex and gemm compute. The Trainer does this on CPU accelerators
+/// on the calling thread and on every thread of the rayon pool its parallel work runs on (the
+/// pool it belongs to, else the global pool, created now if it does not exist yet), where
+/// burn-flex and gemm compute. The Trainer does this on CPU accelerators
 /// (`--trainer.flush_denormal`); a hand-written loop compared with the Trainer sets the same
 /// mode. Does nothing on an architecture without such a mode.
 pub fn set_flush_denormal_everywhere(on: bool) {

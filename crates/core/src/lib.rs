@@ -23,6 +23,7 @@ pub mod cli;
 pub mod context;
 pub mod host_alloc;
 pub mod host_float;
+pub mod host_pool;
 pub mod job;
 pub mod loggers;
 pub mod metrics;

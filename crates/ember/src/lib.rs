@@ -184,6 +184,8 @@ pub use ember_core::{freezing, metrics, vision};
 
 #[doc(inline)]
 pub use ember_core::host_float::set_flush_denormal_everywhere;
+#[doc(inline)]
+pub use ember_core::host_pool::join_compute_pool;
 
 #[cfg(feature = "cpu")]
 pub use ember_accel_cpu as cpu;

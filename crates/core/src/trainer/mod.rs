@@ -280,7 +280,8 @@ impl<B: AutodiffBackend> Trainer<B> {
     ) -> anyhow::Result<Self> {
         options.check()?;
         // Before the backend is seeded and the model initialised, as a hand-written loop
-        // that sets the mode first does.
+        // that sets the mode first does; in the pool this thread computes with.
+        crate::host_pool::join_compute_pool();
         crate::host_float::set_flush_denormal_everywhere(strategy.parts().plan.flush_denormal);
         crate::host_alloc::keep_freed_buffers();
         let seed = options

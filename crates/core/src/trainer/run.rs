@@ -338,11 +338,12 @@ impl Run {
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
-    /// Creates the loggers on first use and the state of one entry point; sets the host's
-    /// subnormal mode on this thread and the CPU pool (see [`host_float`](crate::host_float));
-    /// runs `setup`.
+    /// Creates the loggers on first use and the state of one entry point; makes this thread
+    /// one of a CPU pool's (see [`host_pool`](crate::host_pool)) and sets the host's subnormal
+    /// mode on that pool (see [`host_float`](crate::host_float)); runs `setup`.
     pub(super) fn start(&mut self, stage: Stage) -> anyhow::Result<Run> {
         let flush = self.strategy.parts().plan.flush_denormal;
+        crate::host_pool::join_compute_pool();
         crate::host_float::set_flush_denormal_everywhere(flush);
         self.ensure_loggers()?;
         let o = &self.options;
