@@ -4,14 +4,15 @@ use core::marker::PhantomData;
 use burn_backend::{Backend, BackendTypes, DType, DTypeUsage, DTypeUsageSet, DeviceId, DeviceOps};
 use burn_ir::{BackendIr, HandleKind, TensorHandle};
 use burn_std::device::Device;
-use burn_std::rand::{SeedableRng, StdRng};
+use burn_std::rand::SeedableRng;
 use burn_std::stub::Mutex;
 
 use crate::qtensor::FlexQTensor;
 use crate::tensor::FlexTensor;
 
-/// Type alias for the RNG used by Flex.
-pub type FlexRng = StdRng;
+/// Type alias for the RNG used by Flex: the generator behind `StdRng` (the same stream from
+/// the same seed), named so that a draw can seek its position in the stream.
+pub type FlexRng = chacha20::ChaCha12Rng;
 
 /// Global seed storage for reproducible random number generation.
 /// Uses Mutex for thread-safe RNG state management.
@@ -24,7 +25,7 @@ pub(crate) static SEED: Mutex<Option<FlexRng>> = Mutex::new(None);
 /// that op and falling back to this function for subsequent calls. This function
 /// delegates to burn_std's own entropy source.
 pub(crate) fn get_seeded_rng() -> FlexRng {
-    burn_std::rand::get_seeded_rng()
+    FlexRng::from_rng(&mut burn_std::rand::get_seeded_rng())
 }
 
 /// CPU device for the Flex backend.

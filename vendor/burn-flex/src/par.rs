@@ -11,18 +11,20 @@ use core::mem::MaybeUninit;
 /// Elements from which a loop is cut into pieces.
 pub(crate) const PARALLEL_MIN: usize = 1 << 18;
 
-/// Elements per piece of a loop over `len` elements (all of them below [`PARALLEL_MIN`]), a
-/// multiple of `align`.
-fn piece(len: usize, align: usize) -> usize {
+/// Elements from which a loop whose every element costs nanoseconds (a random draw) is cut
+/// into pieces.
+pub(crate) const COSTLY_PARALLEL_MIN: usize = 1 << 14;
+
+/// Elements per piece of a loop over `len` elements (all of them below `min`), a multiple of
+/// `align`.
+fn piece(len: usize, align: usize, min: usize) -> usize {
     let align = align.max(1);
     #[cfg(feature = "rayon")]
-    if len >= PARALLEL_MIN {
+    if len >= min {
         let pieces = 4 * rayon::current_num_threads();
-        return len
-            .div_ceil(pieces)
-            .max(PARALLEL_MIN / 4)
-            .next_multiple_of(align);
+        return len.div_ceil(pieces).max(min / 4).next_multiple_of(align);
     }
+    let _ = min;
     len.max(1).next_multiple_of(align)
 }
 
@@ -34,7 +36,17 @@ pub(crate) fn update<E: Send>(
     align: usize,
     f: impl Fn(usize, &mut [E]) + Sync + Send,
 ) {
-    let size = piece(dst.len(), align);
+    update_from(dst, align, PARALLEL_MIN, f)
+}
+
+/// [`update`], in parallel from `min` elements.
+fn update_from<E: Send>(
+    dst: &mut [E],
+    align: usize,
+    min: usize,
+    f: impl Fn(usize, &mut [E]) + Sync + Send,
+) {
+    let size = piece(dst.len(), align, min);
     #[cfg(feature = "rayon")]
     if size < dst.len() {
         use rayon::prelude::*;
@@ -56,8 +68,28 @@ pub(crate) fn collect<R: Send>(
     align: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<R>]) + Sync + Send,
 ) -> Vec<R> {
+    collect_from(len, align, PARALLEL_MIN, fill)
+}
+
+/// [`collect`] for elements that each cost nanoseconds: in parallel from
+/// [`COSTLY_PARALLEL_MIN`] elements.
+pub(crate) fn collect_costly<R: Send>(
+    len: usize,
+    align: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<R>]) + Sync + Send,
+) -> Vec<R> {
+    collect_from(len, align, COSTLY_PARALLEL_MIN, fill)
+}
+
+/// [`collect`], in parallel from `min` elements.
+fn collect_from<R: Send>(
+    len: usize,
+    align: usize,
+    min: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<R>]) + Sync + Send,
+) -> Vec<R> {
     let mut out = Vec::with_capacity(len);
-    update(&mut out.spare_capacity_mut()[..len], align, fill);
+    update_from(&mut out.spare_capacity_mut()[..len], align, min, fill);
     // SAFETY: `fill` wrote every element of every piece, and the pieces cover `0..len`.
     unsafe { out.set_len(len) };
     out
@@ -83,7 +115,7 @@ mod tests {
 
     #[test]
     fn pieces_cover_every_element_once_in_order() {
-        for len in [0, 1, 1000, PARALLEL_MIN, 3 * PARALLEL_MIN + 17] {
+        for len in [0, 1, 1000, COSTLY_PARALLEL_MIN + 5, PARALLEL_MIN, 3 * PARALLEL_MIN + 17] {
             let out: Vec<usize> = collect(len, 1, |start, piece| write_all(piece, start..));
             assert_eq!(out, (0..len).collect::<Vec<_>>());
             let mut dst = alloc::vec![0usize; len];
@@ -99,6 +131,11 @@ mod tests {
                 write_all(piece, start..)
             });
             assert_eq!(aligned, out);
+            let costly: Vec<usize> = collect_costly(len, 64, |start, piece| {
+                assert!(start % 64 == 0);
+                write_all(piece, start..)
+            });
+            assert_eq!(costly, out);
         }
     }
 }

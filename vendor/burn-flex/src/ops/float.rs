@@ -1118,23 +1118,31 @@ fn random_data(
 }
 
 /// `count` draws of 1.0 with probability `p` (in `[0, 1)`), else 0.0: dropout's mask. The
-/// same test on the same `u64` words as `rand::distr::Bernoulli` (a word below `p·2⁶⁴`),
-/// with the words taken from the generator in blocks rather than one call per element.
+/// same test on the same `u64` words as `rand::distr::Bernoulli` (a word below `p·2⁶⁴`), with
+/// the words taken from the generator in blocks rather than one call per element, and large
+/// masks drawn in pieces on rayon's threads: each piece from a copy of the generator moved to
+/// that piece's first word (two 32-bit words per element), and the generator left after the
+/// last word, as drawing them in one go leaves it.
 fn bernoulli_f32(count: usize, p: f64, rng: &mut crate::backend::FlexRng) -> Vec<f32> {
-    use burn_std::rand::RngExt;
+    use burn_std::rand::{RngExt, SeedableRng};
     const BLOCK: usize = 1024;
     let threshold = (p * 2.0 * (1u64 << 63) as f64) as u64;
-    let mut words = [0u64; BLOCK];
-    let mut values = Vec::with_capacity(count);
-    while values.len() < count {
-        let words = &mut words[..BLOCK.min(count - values.len())];
-        rng.fill(words);
-        values.extend(
-            words
-                .iter()
-                .map(|&word| if word < threshold { 1.0 } else { 0.0 }),
-        );
-    }
+    let (seed, stream, start) = (rng.get_seed(), rng.get_stream(), rng.get_word_pos());
+    let words_before = |element: usize| start + 2 * element as u128;
+    let values = crate::par::collect_costly(count, BLOCK, |at, piece| {
+        let mut rng = crate::backend::FlexRng::from_seed(seed);
+        rng.set_stream(stream);
+        rng.set_word_pos(words_before(at));
+        let mut words = [0u64; BLOCK];
+        for chunk in piece.chunks_mut(BLOCK) {
+            let words = &mut words[..chunk.len()];
+            rng.fill(words);
+            for (slot, &word) in chunk.iter_mut().zip(words.iter()) {
+                slot.write(if word < threshold { 1.0 } else { 0.0 });
+            }
+        }
+    });
+    rng.set_word_pos(words_before(count));
     values
 }
 
@@ -1260,8 +1268,9 @@ mod tests {
     fn random_data_equals_tensor_data_random() {
         use super::random_data;
         use burn_backend::{FloatDType, TensorData};
-        use burn_std::rand::SeedableRng;
-        let shape = burn_std::Shape::from(vec![3, 700]);
+        use burn_std::rand::{SeedableRng, StdRng};
+        // The second shape is drawn in pieces on rayon's threads.
+        let shapes = [vec![3, 700], vec![5, 9001]];
         let distributions = [
             burn_backend::Distribution::Default,
             burn_backend::Distribution::Bernoulli(0.9),
@@ -1270,10 +1279,15 @@ mod tests {
             burn_backend::Distribution::Uniform(-2.0, 3.0),
             burn_backend::Distribution::Normal(0.5, 2.0),
         ];
-        for distribution in distributions {
+        for (shape, distribution) in shapes
+            .iter()
+            .flat_map(|s| distributions.map(|d| (burn_std::Shape::from(s.clone()), d)))
+        {
+            // Ours against rand's own sampling from `StdRng`, the same generator.
             let rng = || crate::backend::FlexRng::seed_from_u64(17);
+            let std_rng = || StdRng::seed_from_u64(17);
             // Three u32 draws first, so that the next draws start mid-word-pair.
-            let (mut ours, mut theirs) = (rng(), rng());
+            let (mut ours, mut theirs) = (rng(), std_rng());
             let uniform = burn_backend::Distribution::Uniform(0.0, 1.0);
             let three = burn_std::Shape::from(vec![3]);
             let _ = random_data(three.clone(), uniform, FloatDType::F32, &mut ours);
@@ -1284,7 +1298,7 @@ mod tests {
                 odd, want,
                 "{distribution:?} f32 after an odd number of words"
             );
-            let (mut ours, mut theirs) = (rng(), rng());
+            let (mut ours, mut theirs) = (rng(), std_rng());
             let f32s = random_data(shape.clone(), distribution, FloatDType::F32, &mut ours);
             let want = TensorData::random::<f32, _, _>(shape.clone(), distribution, &mut theirs);
             assert_eq!(f32s, want, "{distribution:?} f32");
