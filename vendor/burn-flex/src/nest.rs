@@ -100,7 +100,7 @@ impl ZipNest {
 
     /// Calls `run(lhs_start, rhs_start)` with the storage index of each inner run's first
     /// element, in row-major order of the outer dimensions (nothing for an empty tensor).
-    #[inline]
+    #[inline(always)]
     fn for_each_run(&self, mut run: impl FnMut(isize, isize)) {
         if self.num_elements() == 0 {
             return;
@@ -134,13 +134,20 @@ impl ZipNest {
         Op: Fn(E, E) -> R + Sync + Send,
     {
         let step = self.outer_step();
-        par::collect(self.num_elements(), step, |start, piece| {
-            let rows = start / step.max(1)..(start + piece.len()).div_ceil(step.max(1));
-            self.narrowed(rows).map_into(lhs, rhs, &op, piece);
-        })
+        par::collect(
+            self.num_elements(),
+            step,
+            #[inline(always)]
+            |start, piece| {
+                let rows = start / step.max(1)..(start + piece.len()).div_ceil(step.max(1));
+                self.narrowed(rows).map_into(lhs, rhs, &op, piece);
+            },
+        )
     }
 
-    /// [`map`](Self::map) on this thread, into `out` (exactly as long as the nest).
+    /// [`map`](Self::map) on this thread, into `out` (exactly as long as the nest). Inlined
+    /// into `map`'s pieces, so that its loops take their vector width (`par`'s `widest`).
+    #[inline(always)]
     fn map_into<E: Copy, R, Op>(&self, lhs: &[E], rhs: &[E], op: Op, out: &mut [MaybeUninit<R>])
     where
         Op: Fn(E, E) -> R,
@@ -191,15 +198,21 @@ impl ZipNest {
     {
         let step = self.outer_step();
         let len = self.num_elements();
-        par::update(&mut dst[..len], step, |start, piece| {
-            let rows = start / step.max(1)..(start + piece.len()).div_ceil(step.max(1));
-            let mut sub = self.narrowed(rows);
-            sub.offsets[0] -= start as isize;
-            sub.assign_here(piece, rhs, &op);
-        });
+        par::update(
+            &mut dst[..len],
+            step,
+            #[inline(always)]
+            |start, piece| {
+                let rows = start / step.max(1)..(start + piece.len()).div_ceil(step.max(1));
+                let mut sub = self.narrowed(rows);
+                sub.offsets[0] -= start as isize;
+                sub.assign_here(piece, rhs, &op);
+            },
+        );
     }
 
-    /// [`assign`](Self::assign) on this thread.
+    /// [`assign`](Self::assign) on this thread, inlined as [`map_into`](Self::map_into) is.
+    #[inline(always)]
     fn assign_here<E: Copy, Op>(&self, dst: &mut [E], rhs: &[E], op: Op)
     where
         Op: Fn(E, E) -> E,

@@ -50,13 +50,55 @@ fn update_from<E: Send>(
     #[cfg(feature = "rayon")]
     if size < dst.len() {
         use rayon::prelude::*;
-        dst.par_chunks_mut(size)
-            .enumerate()
-            .for_each(|(i, chunk)| f(i * size, chunk));
+        dst.par_chunks_mut(size).enumerate().for_each(|(i, chunk)| {
+            widest(
+                #[inline(always)]
+                || f(i * size, chunk),
+            )
+        });
         return;
     }
     for (i, chunk) in dst.chunks_mut(size).enumerate() {
-        f(i * size, chunk);
+        widest(
+            #[inline(always)]
+            || f(i * size, chunk),
+        );
+    }
+}
+
+/// Runs `f` compiled for the widest x86-64 vector registers this CPU has (AVX-512, else AVX2),
+/// so that the element-wise loop in it vectorises to that width; elsewhere, or without `std`
+/// to ask the CPU, `f` as the crate is compiled (SSE2 on x86-64). Every lane computes what the
+/// scalar code does (Rust never fuses a multiply and an add on its own, nor reorders a sum),
+/// so results are bitwise the same on every path.
+#[inline(always)]
+fn widest<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(all(target_arch = "x86_64", feature = "std"))]
+    {
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: this CPU has AVX-512F.
+            return unsafe { x86::avx512(f) };
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: this CPU has AVX2.
+            return unsafe { x86::avx2(f) };
+        }
+    }
+    f()
+}
+
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
+mod x86 {
+    /// `f` compiled with AVX-512F (LLVM inlines the closure into this function).
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn avx512<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    /// `f` compiled with AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn avx2<R>(f: impl FnOnce() -> R) -> R {
+        f()
     }
 }
 
@@ -95,7 +137,9 @@ fn collect_from<R: Send>(
     out
 }
 
-/// Writes `values` into `dst` in order; `dst` must be exactly as long.
+/// Writes `values` into `dst` in order; `dst` must be exactly as long. Inlined into its
+/// caller, so that its loop takes the caller's vector width (see [`widest`]).
+#[inline(always)]
 pub(crate) fn write_all<R>(dst: &mut [MaybeUninit<R>], values: impl Iterator<Item = R>) {
     let mut written = 0;
     for (slot, value) in dst.iter_mut().zip(values) {
@@ -114,8 +158,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn wide_loops_compute_bitwise_what_scalar_calls_compute() {
+        use crate::ops::vector_math::{exp, gelu, gelu_backward};
+        let xs: Vec<f32> = (0..100_003)
+            .map(|i| (i as f32 - 50_000.0) * 1.7e-3)
+            .collect();
+        let f = |x: f32| gelu(x) + gelu_backward(x, 0.3) * exp(x) - x.sqrt().max(x * x);
+        let wide: Vec<f32> = collect(xs.len(), 1, |at, piece| {
+            write_all(piece, xs[at..].iter().map(|&x| f(x)))
+        });
+        // One opaque call per element: nothing to vectorise.
+        let scalar: Vec<f32> = xs.iter().map(|&x| core::hint::black_box(&f)(x)).collect();
+        for (i, (w, s)) in wide.iter().zip(&scalar).enumerate() {
+            assert_eq!(w.to_bits(), s.to_bits(), "x = {}", xs[i]);
+        }
+    }
+
+    #[test]
     fn pieces_cover_every_element_once_in_order() {
-        for len in [0, 1, 1000, COSTLY_PARALLEL_MIN + 5, PARALLEL_MIN, 3 * PARALLEL_MIN + 17] {
+        for len in [
+            0,
+            1,
+            1000,
+            COSTLY_PARALLEL_MIN + 5,
+            PARALLEL_MIN,
+            3 * PARALLEL_MIN + 17,
+        ] {
             let out: Vec<usize> = collect(len, 1, |start, piece| write_all(piece, start..));
             assert_eq!(out, (0..len).collect::<Vec<_>>());
             let mut dst = alloc::vec![0usize; len];

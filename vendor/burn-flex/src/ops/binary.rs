@@ -96,15 +96,20 @@ where
     {
         let r_slice: &[f32] = &rhs.storage()[r_start..r_end];
         let lhs_storage: &mut [f32] = lhs.storage_mut();
-        par::update(&mut lhs_storage[..l_end], 1, |start, l| {
-            let r = &r_slice[start..start + l.len()];
-            match simd_op {
-                BinaryOp::Add => simd::add_inplace_f32(l, r),
-                BinaryOp::Sub => simd::sub_inplace_f32(l, r),
-                BinaryOp::Mul => simd::mul_inplace_f32(l, r),
-                BinaryOp::Div => simd::div_inplace_f32(l, r),
-            }
-        });
+        par::update(
+            &mut lhs_storage[..l_end],
+            1,
+            #[inline(always)]
+            |start, l| {
+                let r = &r_slice[start..start + l.len()];
+                match simd_op {
+                    BinaryOp::Add => simd::add_inplace_f32(l, r),
+                    BinaryOp::Sub => simd::sub_inplace_f32(l, r),
+                    BinaryOp::Mul => simd::mul_inplace_f32(l, r),
+                    BinaryOp::Div => simd::div_inplace_f32(l, r),
+                }
+            },
+        );
         return lhs;
     }
 
@@ -362,11 +367,16 @@ where
     {
         let lhs_storage: &mut [E] = lhs.storage_mut();
         let r_slice = &rhs_storage[r_start..r_end];
-        par::update(&mut lhs_storage[..l_end], 1, |start, piece| {
-            for (l, &r) in piece.iter_mut().zip(&r_slice[start..]) {
-                *l = op(*l, r);
-            }
-        });
+        par::update(
+            &mut lhs_storage[..l_end],
+            1,
+            #[inline(always)]
+            |start, piece| {
+                for (l, &r) in piece.iter_mut().zip(&r_slice[start..]) {
+                    *l = op(*l, r);
+                }
+            },
+        );
         return lhs;
     }
 
@@ -396,10 +406,15 @@ where
         (Some((l_start, l_end)), Some((r_start, r_end))) => {
             let l_slice = &lhs_storage[l_start..l_end];
             let r_slice = &rhs_storage[r_start..r_end];
-            par::collect(l_slice.len(), 1, |start, piece| {
-                let pairs = l_slice[start..].iter().zip(&r_slice[start..]);
-                par::write_all(piece, pairs.map(|(&a, &b)| op(a, b)));
-            })
+            par::collect(
+                l_slice.len(),
+                1,
+                #[inline(always)]
+                |start, piece| {
+                    let pairs = l_slice[start..].iter().zip(&r_slice[start..]);
+                    par::write_all(piece, pairs.map(|(&a, &b)| op(a, b)));
+                },
+            )
         }
         // Fast path for 2D non-contiguous (common for transpose)
         _ if lhs.layout().num_dims() == 2 => {
@@ -501,11 +516,16 @@ where
         && let Some((0, end)) = tensor.layout().contiguous_offsets()
     {
         let storage: &mut [E] = tensor.storage_mut();
-        par::update(&mut storage[..end], 1, |_, piece| {
-            for x in piece.iter_mut() {
-                *x = op(*x, scalar);
-            }
-        });
+        par::update(
+            &mut storage[..end],
+            1,
+            #[inline(always)]
+            |_, piece| {
+                for x in piece.iter_mut() {
+                    *x = op(*x, scalar);
+                }
+            },
+        );
         return tensor;
     }
 
@@ -517,9 +537,14 @@ where
     let result: Vec<E> = match tensor.layout().contiguous_offsets() {
         Some((start, end)) => {
             let src = &storage[start..end];
-            par::collect(src.len(), 1, |at, piece| {
-                par::write_all(piece, src[at..].iter().map(|&x| op(x, scalar)));
-            })
+            par::collect(
+                src.len(),
+                1,
+                #[inline(always)]
+                |at, piece| {
+                    par::write_all(piece, src[at..].iter().map(|&x| op(x, scalar)));
+                },
+            )
         }
         None => StridedIter::new(tensor.layout())
             .map(|i| op(storage[i], scalar))

@@ -122,4 +122,4 @@ pub mod sort;
 mod transaction;
 pub mod unary;
 pub mod unfold;
-mod vector_math;
+pub(crate) mod vector_math;

@@ -81,11 +81,16 @@ where
     if tensor.is_unique() && tensor.layout().is_contiguous() && tensor.layout().start_offset() == 0
     {
         let storage: &mut [E] = tensor.storage_mut();
-        crate::par::update(&mut storage[..n], 1, |_, piece| {
-            for x in piece.iter_mut() {
-                *x = op(*x);
-            }
-        });
+        crate::par::update(
+            &mut storage[..n],
+            1,
+            #[inline(always)]
+            |_, piece| {
+                for x in piece.iter_mut() {
+                    *x = op(*x);
+                }
+            },
+        );
         return tensor;
     }
 
@@ -100,9 +105,14 @@ where
     // Iterate in storage order (contiguous) and preserve original layout.
     // Only valid when all strides are positive.
     if !has_negative_strides && layout.start_offset() == 0 && src.len() == n {
-        let result: Vec<E> = crate::par::collect(n, 1, |at, piece| {
-            crate::par::write_all(piece, src[at..].iter().map(|&x| op(x)));
-        });
+        let result: Vec<E> = crate::par::collect(
+            n,
+            1,
+            #[inline(always)]
+            |at, piece| {
+                crate::par::write_all(piece, src[at..].iter().map(|&x| op(x)));
+            },
+        );
         let bytes = Bytes::from_elems(result);
         return FlexTensor::new(bytes, layout, E::dtype());
     }
