@@ -1090,7 +1090,7 @@ impl FloatTensorOps<Flex> for Flex {
 // crates/burn-backend-tests/tests/tensor/float/ops/.
 /// Draws a tensor's values from `distribution`. The sampler is built once per tensor, where
 /// `TensorData::random` builds one per element (most of a dropout's cost); the draws from `rng`,
-/// and so the values, are the same.
+/// and so the values, are the same, but for an f32 Bernoulli mask (`bernoulli_f32`).
 fn random_data(
     shape: Shape,
     distribution: Distribution,
@@ -1117,28 +1117,33 @@ fn random_data(
     }
 }
 
-/// `count` draws of 1.0 with probability `p` (in `[0, 1)`), else 0.0: dropout's mask. The
-/// same test on the same `u64` words as `rand::distr::Bernoulli` (a word below `p·2⁶⁴`), with
-/// the words taken from the generator in blocks rather than one call per element, and large
-/// masks drawn in pieces on rayon's threads: each piece from a copy of the generator moved to
-/// that piece's first word (two 32-bit words per element), and the generator left after the
-/// last word, as drawing them in one go leaves it.
+/// `count` draws of 1.0 with probability `p` (in `[0, 1)`), else 0.0: dropout's mask. Each
+/// element is one 32-bit word of the generator's stream, 1.0 when below `p·2³²` (`rand`'s
+/// `Bernoulli` takes a 64-bit word against `p·2⁶⁴`: half the stream for a probability
+/// resolved to 2⁻³² instead of 2⁻⁶⁴, finer than an f32 can tell from 1). Large masks are drawn
+/// in pieces on rayon's threads, each from a copy of the generator moved to that piece's first
+/// word, and the generator is left after the last word, as drawing them in one go leaves it.
 fn bernoulli_f32(count: usize, p: f64, rng: &mut crate::backend::FlexRng) -> Vec<f32> {
     use burn_std::rand::{RngExt, SeedableRng};
     const BLOCK: usize = 1024;
-    let threshold = (p * 2.0 * (1u64 << 63) as f64) as u64;
+    // A word is below p·2³² exactly when it is below this integer.
+    let threshold = (p * 2f64.powi(32)).ceil() as u64;
     let (seed, stream, start) = (rng.get_seed(), rng.get_stream(), rng.get_word_pos());
-    let words_before = |element: usize| start + 2 * element as u128;
+    let words_before = |element: usize| start + element as u128;
     let values = crate::par::collect_costly(count, BLOCK, |at, piece| {
         let mut rng = crate::backend::FlexRng::from_seed(seed);
         rng.set_stream(stream);
         rng.set_word_pos(words_before(at));
-        let mut words = [0u64; BLOCK];
+        let mut words = [0u32; BLOCK];
         for chunk in piece.chunks_mut(BLOCK) {
             let words = &mut words[..chunk.len()];
             rng.fill(words);
             for (slot, &word) in chunk.iter_mut().zip(words.iter()) {
-                slot.write(if word < threshold { 1.0 } else { 0.0 });
+                slot.write(if u64::from(word) < threshold {
+                    1.0
+                } else {
+                    0.0
+                });
             }
         }
     });
@@ -1264,16 +1269,37 @@ mod tests {
         assert_eq!(t.dtype(), DType::F16);
     }
 
+    /// What `random_data` must give in f32: an f32 Bernoulli mask with `0 ≤ p < 1` is one
+    /// 32-bit word per element, below `p·2³²`; anything else is `rand`'s own sampling.
+    fn expected_f32(
+        shape: burn_std::Shape,
+        distribution: burn_backend::Distribution,
+        rng: &mut burn_std::rand::StdRng,
+    ) -> TensorData {
+        use burn_std::rand::RngExt;
+        match distribution {
+            burn_backend::Distribution::Bernoulli(p) if (0.0..1.0).contains(&p) => {
+                let threshold = p * 2f64.powi(32);
+                let values: Vec<f32> = (0..shape.num_elements())
+                    .map(|_| f32::from(u8::from((rng.random::<u32>() as f64) < threshold)))
+                    .collect();
+                TensorData::new(values, shape)
+            }
+            _ => TensorData::random::<f32, _, _>(shape, distribution, rng),
+        }
+    }
+
     #[test]
     fn random_data_equals_tensor_data_random() {
         use super::random_data;
-        use burn_backend::{FloatDType, TensorData};
+        use burn_backend::FloatDType;
         use burn_std::rand::{SeedableRng, StdRng};
         // The second shape is drawn in pieces on rayon's threads.
         let shapes = [vec![3, 700], vec![5, 9001]];
         let distributions = [
             burn_backend::Distribution::Default,
             burn_backend::Distribution::Bernoulli(0.9),
+            burn_backend::Distribution::Bernoulli(0.3),
             burn_backend::Distribution::Bernoulli(0.0),
             burn_backend::Distribution::Bernoulli(1.0),
             burn_backend::Distribution::Uniform(-2.0, 3.0),
@@ -1283,7 +1309,8 @@ mod tests {
             .iter()
             .flat_map(|s| distributions.map(|d| (burn_std::Shape::from(s.clone()), d)))
         {
-            // Ours against rand's own sampling from `StdRng`, the same generator.
+            // Ours against the expected draws from `StdRng`, the same generator; the f64 draw
+            // after each f32 one checks where the generator was left.
             let rng = || crate::backend::FlexRng::seed_from_u64(17);
             let std_rng = || StdRng::seed_from_u64(17);
             // Three u32 draws first, so that the next draws start mid-word-pair.
@@ -1293,18 +1320,35 @@ mod tests {
             let _ = random_data(three.clone(), uniform, FloatDType::F32, &mut ours);
             let _ = TensorData::random::<f32, _, _>(three, uniform, &mut theirs);
             let odd = random_data(shape.clone(), distribution, FloatDType::F32, &mut ours);
-            let want = TensorData::random::<f32, _, _>(shape.clone(), distribution, &mut theirs);
+            let want = expected_f32(shape.clone(), distribution, &mut theirs);
             assert_eq!(
                 odd, want,
                 "{distribution:?} f32 after an odd number of words"
             );
+            let f64s = random_data(shape.clone(), distribution, FloatDType::F64, &mut ours);
+            let want = TensorData::random::<f64, _, _>(shape.clone(), distribution, &mut theirs);
+            assert_eq!(
+                f64s, want,
+                "{distribution:?} f64 after f32 from an odd word"
+            );
             let (mut ours, mut theirs) = (rng(), std_rng());
             let f32s = random_data(shape.clone(), distribution, FloatDType::F32, &mut ours);
-            let want = TensorData::random::<f32, _, _>(shape.clone(), distribution, &mut theirs);
+            let want = expected_f32(shape.clone(), distribution, &mut theirs);
             assert_eq!(f32s, want, "{distribution:?} f32");
             let f64s = random_data(shape.clone(), distribution, FloatDType::F64, &mut ours);
             let want = TensorData::random::<f64, _, _>(shape.clone(), distribution, &mut theirs);
             assert_eq!(f64s, want, "{distribution:?} f64");
         }
+        // A mask keeps about the share it is asked to.
+        let mut ours = crate::backend::FlexRng::seed_from_u64(3);
+        let shape = burn_std::Shape::from(vec![1 << 20]);
+        let mask = random_data(
+            shape,
+            burn_backend::Distribution::Bernoulli(0.9),
+            FloatDType::F32,
+            &mut ours,
+        );
+        let kept: f32 = mask.to_vec::<f32>().unwrap().iter().sum();
+        assert!((kept / (1 << 20) as f32 - 0.9).abs() < 2e-3, "kept {kept}");
     }
 }
