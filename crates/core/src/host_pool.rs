@@ -77,7 +77,10 @@ mod tests {
 
     #[test]
     fn a_thread_of_another_pool_stays_there() {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
         pool.install(|| {
             let index = rayon::current_thread_index();
             assert!(join_compute_pool());

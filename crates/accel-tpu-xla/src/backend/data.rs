@@ -50,8 +50,24 @@ pub fn random(shape: &[usize], distribution: Distribution, dtype: DType) -> Tens
         DType::BF16 => TensorData::random::<bf16, _, _>(shape, distribution, &mut rng),
         DType::I64 => TensorData::random::<i64, _, _>(shape, distribution, &mut rng),
         DType::I32 => TensorData::random::<i32, _, _>(shape, distribution, &mut rng),
-        _ => TensorData::random::<f32, _, _>(shape, distribution, &mut rng),
+        _ => match distribution {
+            Distribution::Bernoulli(p) if (0.0..1.0).contains(&p) => {
+                TensorData::new(bernoulli_f32(shape.iter().product(), p, &mut rng), shape)
+            }
+            _ => TensorData::random::<f32, _, _>(shape, distribution, &mut rng),
+        },
     };
     *guard = Some(rng);
     data
+}
+
+/// `count` draws of 1.0 with probability `p` (in `[0, 1)`), else 0.0: dropout's mask, one
+/// 32-bit word of the stream per element below `p·2³²`, as ember-burn-flex draws it, so that
+/// the cpu and xla accelerators make the same masks from the same seed.
+fn bernoulli_f32(count: usize, p: f64, rng: &mut StdRng) -> Vec<f32> {
+    use burn_std::rand::RngExt;
+    let threshold = (p * 2f64.powi(32)).ceil() as u64;
+    (0..count)
+        .map(|_| f32::from(u8::from(u64::from(rng.random::<u32>()) < threshold)))
+        .collect()
 }
