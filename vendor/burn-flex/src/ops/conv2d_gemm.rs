@@ -361,8 +361,11 @@ where
     let w = transpose_blocks(weight.storage::<T>(), geo.c_out, kernel, zero);
     let (positions, patch, opg) = (geo.positions(), geo.patch(), geo.out_per_group());
     let item_in = geo.c_in * geo.in_plane();
-    let mut out = vec![zero; geo.batch * geo.c_out * positions];
-    if !out.is_empty() {
+    // Not zero-filled: the GEMMs below write every element (every group's output channels at
+    // every tile's positions, for every item) without reading it.
+    let len = geo.batch * geo.c_out * positions;
+    let mut out: Vec<T> = Vec::with_capacity(len);
+    if len > 0 {
         let scratch = || {
             (
                 vec![zero; item_in],
@@ -370,7 +373,7 @@ where
             )
         };
         for_each_chunk(
-            &mut out,
+            &mut out.spare_capacity_mut()[..len],
             geo.c_out * positions,
             scratch,
             |(nhwc, patches), (b, out_b)| {
@@ -384,7 +387,7 @@ where
                         unsafe {
                             gemm_on_thread(
                                 [opg, count, patch],
-                                out_b[g * opg * positions + first..].as_mut_ptr(),
+                                out_b[g * opg * positions + first..].as_mut_ptr().cast(),
                                 [positions as isize, 1],
                                 false,
                                 w[g * opg * patch..].as_ptr(),
@@ -399,6 +402,8 @@ where
             },
         );
     }
+    // SAFETY: the GEMMs wrote all `len` elements (above).
+    unsafe { out.set_len(len) };
     if let Some(bias) = bias {
         let bias = bias.to_contiguous();
         add_bias(
