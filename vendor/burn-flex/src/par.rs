@@ -30,7 +30,8 @@ fn piece(len: usize, align: usize, min: usize) -> usize {
 
 /// Calls `f(start, piece)` for consecutive pieces of `dst` whose lengths are multiples of
 /// `align` (but the last), `start` being the index of the piece's first element; in parallel
-/// when `dst` is large.
+/// when `dst` is large. Each piece runs at the CPU's widest vector width ([`widest`]) when `f`
+/// is compiled into it: give an element-wise `f` as an `#[inline(always)]` closure.
 pub(crate) fn update<E: Send>(
     dst: &mut [E],
     align: usize,

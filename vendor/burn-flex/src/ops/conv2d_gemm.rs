@@ -154,15 +154,13 @@ const TRANSPOSE_BLOCK: usize = 16;
 /// instead of 256 loads and stores); bits are moved, never computed.
 fn to_channels_last<T: Copy>(x: &[T], channels: usize, plane: usize, out: &mut [T]) {
     assert!(x.len() >= channels * plane && out.len() >= channels * plane);
+    #[cfg(all(target_arch = "x86_64", feature = "std"))]
+    let in_registers = size_of::<T>() == 4 && std::is_x86_feature_detected!("avx512f");
     for c0 in (0..channels).step_by(TRANSPOSE_BLOCK) {
         let cs = c0..(c0 + TRANSPOSE_BLOCK).min(channels);
         for p0 in (0..plane).step_by(TRANSPOSE_BLOCK) {
             #[cfg(all(target_arch = "x86_64", feature = "std"))]
-            if size_of::<T>() == 4
-                && cs.len() == TRANSPOSE_BLOCK
-                && p0 + TRANSPOSE_BLOCK <= plane
-                && std::is_x86_feature_detected!("avx512f")
-            {
+            if in_registers && cs.len() == TRANSPOSE_BLOCK && p0 + TRANSPOSE_BLOCK <= plane {
                 // SAFETY: the block's 16 rows of 16 values lie inside `x` (rows c0..c0 + 16
                 // from column p0 + 16 ≤ plane) and inside `out` (rows p0..p0 + 16 from column
                 // c0 + 16 ≤ channels), as the assertion above and the loop bounds give; `T` is
