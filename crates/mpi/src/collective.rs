@@ -1,6 +1,6 @@
 //! [`Collective`] over MPI's world communicator, with a watchdog that ends a stuck run.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::OnceCell;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,9 +23,6 @@ type InFlight = Arc<Mutex<Option<(&'static str, Instant)>>>;
 pub struct MpiCollective {
     world: SimpleCommunicator,
     in_flight: InFlight,
-    /// Reused send buffers (rsmpi has no in-place all-reduce).
-    send_f32: RefCell<Vec<f32>>,
-    send_f64: RefCell<Vec<f64>>,
     /// The thread support MPI gave this process.
     threading: mpi::Threading,
     /// The key-value store, once the ranks asked for it.
@@ -59,27 +56,30 @@ impl MpiCollective {
         Ok(Self {
             world,
             in_flight,
-            send_f32: RefCell::default(),
-            send_f64: RefCell::default(),
             threading,
             key_value: OnceCell::new(),
             _universe: universe,
         })
     }
 
-    /// All-reduces `buf` in place, through the reused send buffer `send`.
-    fn all_reduce<T: Equivalence + Copy>(
-        &self,
-        send: &RefCell<Vec<T>>,
-        buf: &mut [T],
-        op: ReduceOp,
-    ) -> anyhow::Result<()> {
-        let mut send = send.borrow_mut();
-        send.clear();
-        send.extend_from_slice(buf);
-        self.timed("all_reduce", || {
-            self.world.all_reduce_into(&send[..], buf, operation(op))
+    /// All-reduces `buf` in place (`MPI_IN_PLACE`: no send buffer, no copy of `buf`).
+    fn all_reduce<T: Equivalence>(&self, buf: &mut [T], op: ReduceOp) -> anyhow::Result<()> {
+        let count = i32::try_from(buf.len()).context("all_reduce takes at most 2^31 elements")?;
+        let code = self.timed("all_reduce", || {
+            // SAFETY: `buf` holds `count` elements of T's MPI datatype and is both the input and
+            // the output (MPI_IN_PLACE); the communicator and operation are live rsmpi handles.
+            unsafe {
+                mpi::ffi::MPI_Allreduce(
+                    ember_mpi_in_place(),
+                    buf.as_mut_ptr().cast(),
+                    count,
+                    T::equivalent_datatype().as_raw(),
+                    operation(op).as_raw(),
+                    self.world.as_raw(),
+                )
+            }
         });
+        anyhow::ensure!(code == 0, "MPI_Allreduce failed with code {code}");
         Ok(())
     }
 
@@ -132,6 +132,11 @@ impl MpiCollective {
         *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = None;
         out
     }
+}
+
+unsafe extern "C" {
+    /// The MPI library's `MPI_IN_PLACE` (csrc/in_place.c: a macro rsmpi does not export).
+    safe fn ember_mpi_in_place() -> *mut std::ffi::c_void;
 }
 
 /// Ends the run when a collective has waited longer than `timeout`.
@@ -199,11 +204,11 @@ impl Collective for MpiCollective {
     }
 
     fn all_reduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> anyhow::Result<()> {
-        self.all_reduce(&self.send_f32, buf, op)
+        self.all_reduce(buf, op)
     }
 
     fn all_reduce_f64(&self, buf: &mut [f64], op: ReduceOp) -> anyhow::Result<()> {
-        self.all_reduce(&self.send_f64, buf, op)
+        self.all_reduce(buf, op)
     }
 
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()> {

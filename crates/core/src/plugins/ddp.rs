@@ -3,7 +3,8 @@
 //! ranks before the optimizer step, so the replicas stay bitwise equal.
 //!
 //! Gradients travel through host buffers in buckets of at most `bucket_cap_mb` (one
-//! all-reduce per bucket). burn runs the whole backward pass in one call, so the reduction
+//! all-reduce per bucket); a gradient of a megabyte or more is all-reduced in its own buffer,
+//! without the copies into and out of a bucket. burn runs the whole backward pass in one call, so the reduction
 //! starts when backward ends instead of overlapping it as torch's DDP does.
 
 use std::cell::RefCell;
@@ -67,19 +68,32 @@ impl Ddp {
         Ok(())
     }
 
-    /// Averages the gradients at `indices` of `taken` in `E`, bucket by bucket through
-    /// `scratch`; returns the bytes reduced and the time spent in the collective.
+    /// Averages the gradients at `indices` of `taken` in `E`: each large one where it lies,
+    /// the others bucket by bucket through `scratch`; returns the bytes reduced and the time
+    /// spent in the collective.
     fn reduce_buckets<E: Wire>(
         &self,
         indices: &[usize],
         taken: &mut [(ParamId, TensorData)],
         scratch: &RefCell<Vec<E>>,
     ) -> anyhow::Result<(usize, Duration)> {
-        let mut flat = scratch.borrow_mut();
         let (mut bytes, mut waited) = (0, Duration::ZERO);
-        let cap = self.parts.bucket_cap_bytes;
+        let n = E::from_count(self.world_size());
         let sizes: Vec<usize> = taken.iter().map(|(_, g)| g.num_elements()).collect();
-        for bucket in buckets(indices, |i| sizes[i] * size_of::<E>(), cap) {
+        let (alone, bucketed): (Vec<usize>, Vec<usize>) = indices.iter().partition(|&&i| {
+            taken[i].1.dtype == E::dtype() && sizes[i] * size_of::<E>() >= ALONE_BYTES
+        });
+        for i in alone {
+            let own = own_values::<E>(&mut taken[i].1)?;
+            let reducing = Instant::now();
+            E::sum(self.collective(), own)?;
+            waited += reducing.elapsed();
+            bytes += std::mem::size_of_val(own);
+            own.iter_mut().for_each(|g| *g = *g / n);
+        }
+        let mut flat = scratch.borrow_mut();
+        let cap = self.parts.bucket_cap_bytes;
+        for bucket in buckets(&bucketed, |i| sizes[i] * size_of::<E>(), cap) {
             flat.clear();
             for &i in &bucket {
                 E::append(&taken[i].1, &mut flat)?;
@@ -88,10 +102,24 @@ impl Ddp {
             E::sum(self.collective(), &mut flat)?;
             waited += reducing.elapsed();
             bytes += flat.len() * size_of::<E>();
-            scatter_mean(&bucket, taken, &flat, E::from_count(self.world_size()))?;
+            scatter_mean(&bucket, taken, &flat, n)?;
         }
         Ok((bytes, waited))
     }
+}
+
+/// Gradients of at least this many bytes (in the type they travel in) are summed in their own
+/// buffers, one all-reduce each, instead of being copied into a bucket and back: a collective's
+/// fixed cost (tens of microseconds) is small beside those two copies of a megabyte.
+const ALONE_BYTES: usize = 1 << 20;
+
+/// `data`'s values as a mutable slice of `E` (its dtype), moved into a buffer aligned for `E`
+/// first if its bytes are not.
+fn own_values<E: Wire>(data: &mut TensorData) -> anyhow::Result<&mut [E]> {
+    if data.as_mut_slice::<E>().is_err() {
+        *data = TensorData::new(data.to_vec::<E>()?, data.shape.clone());
+    }
+    Ok(data.as_mut_slice::<E>()?)
 }
 
 impl Strategy for Ddp {
@@ -241,3 +269,6 @@ pub fn check_replicas(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
