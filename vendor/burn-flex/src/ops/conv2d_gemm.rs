@@ -1,4 +1,5 @@
-//! 2-D convolution and its weight gradient as one GEMM per batch item and group.
+//! 2-D convolution and its weight gradient as one GEMM per batch item and group (a
+//! stride-1 convolution's forward pass runs in [`conv2d_shifted`](super::conv2d_shifted)).
 //!
 //! Each batch item's input is turned channels-last once, unfolded into a matrix of one row per
 //! output position (its patch, kernel position outer and channel inner), and multiplied by the
@@ -28,20 +29,20 @@ const TILE_POSITIONS: usize = 128;
 
 /// The sizes of one 2-D convolution.
 #[derive(Debug, Clone, Copy)]
-struct Geometry {
-    batch: usize,
-    c_in: usize,
-    in_h: usize,
-    in_w: usize,
-    c_out: usize,
-    k_h: usize,
-    k_w: usize,
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-    out_h: usize,
-    out_w: usize,
-    groups: usize,
+pub(super) struct Geometry {
+    pub(super) batch: usize,
+    pub(super) c_in: usize,
+    pub(super) in_h: usize,
+    pub(super) in_w: usize,
+    pub(super) c_out: usize,
+    pub(super) k_h: usize,
+    pub(super) k_w: usize,
+    pub(super) stride: [usize; 2],
+    pub(super) padding: [usize; 2],
+    pub(super) dilation: [usize; 2],
+    pub(super) out_h: usize,
+    pub(super) out_w: usize,
+    pub(super) groups: usize,
 }
 
 impl Geometry {
@@ -73,24 +74,24 @@ impl Geometry {
         }
     }
 
-    fn in_plane(&self) -> usize {
+    pub(super) fn in_plane(&self) -> usize {
         self.in_h * self.in_w
     }
 
-    fn positions(&self) -> usize {
+    pub(super) fn positions(&self) -> usize {
         self.out_h * self.out_w
     }
 
-    fn in_per_group(&self) -> usize {
+    pub(super) fn in_per_group(&self) -> usize {
         self.c_in / self.groups
     }
 
-    fn out_per_group(&self) -> usize {
+    pub(super) fn out_per_group(&self) -> usize {
         self.c_out / self.groups
     }
 
     /// Length of one patch: kernel positions × input channels of a group.
-    fn patch(&self) -> usize {
+    pub(super) fn patch(&self) -> usize {
         self.k_h * self.k_w * self.in_per_group()
     }
 
@@ -250,7 +251,7 @@ unsafe fn transpose_16x16_avx512(
 /// # Safety
 /// Every operand must hold the elements its sizes and strides reach.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm_on_thread<T: Copy + 'static>(
+pub(super) unsafe fn gemm_on_thread<T: Copy + 'static>(
     [m, n, k]: [usize; 3],
     dst: *mut T,
     [dst_rs, dst_cs]: [isize; 2],
@@ -310,7 +311,7 @@ fn transpose_blocks<T: Copy>(
 
 /// Runs `item` for every `(index, chunk)` of `out` cut in `chunk`-long pieces, in parallel
 /// where rayon is on, each thread with scratch buffers made by `scratch`.
-fn for_each_chunk<T, S>(
+pub(super) fn for_each_chunk<T, S>(
     out: &mut [T],
     chunk: usize,
     scratch: impl Fn() -> S + Sync + Send,
@@ -355,15 +356,18 @@ where
     let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
     let geo = Geometry::new(x.layout().shape(), weight.layout().shape(), options);
     let x_data: &[T] = x.storage();
-    let kernel = [geo.in_per_group(), geo.k_h * geo.k_w];
-    let w = transpose_blocks(weight.storage::<T>(), geo.c_out, kernel, zero);
     let (positions, patch, opg) = (geo.positions(), geo.patch(), geo.out_per_group());
     let item_in = geo.c_in * geo.in_plane();
     // Not zero-filled: the GEMMs below write every element (every group's output channels at
     // every tile's positions, for every item) without reading it.
     let len = geo.batch * geo.c_out * positions;
     let mut out: Vec<T> = Vec::with_capacity(len);
-    if len > 0 {
+    if len > 0 && geo.stride == [1, 1] {
+        let out = &mut out.spare_capacity_mut()[..len];
+        super::conv2d_shifted::conv2d(x_data, weight.storage(), &geo, [zero, one], out);
+    } else if len > 0 {
+        let kernel = [geo.in_per_group(), geo.k_h * geo.k_w];
+        let w = transpose_blocks(weight.storage::<T>(), geo.c_out, kernel, zero);
         let scratch = || {
             (
                 vec![zero; item_in],
@@ -608,8 +612,11 @@ mod tests {
         [usize; 2],
         [usize; 2],
         usize,
-    ); 8] = [
+    ); 10] = [
         (2, 3, 8, 8, 4, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+        // Stride 1 (the shifted-GEMM path) dilated and grouped; over several row tiles.
+        (2, 4, 9, 8, 6, 3, 3, [1, 1], [2, 1], [2, 1], 2),
+        (2, 3, 24, 20, 5, 3, 3, [1, 1], [1, 1], [1, 1], 1),
         (3, 4, 9, 7, 6, 3, 3, [2, 2], [1, 1], [1, 1], 1),
         (17, 2, 5, 5, 3, 1, 1, [2, 2], [0, 0], [1, 1], 1),
         (2, 4, 7, 9, 4, 3, 2, [1, 2], [2, 0], [2, 1], 2),
@@ -660,6 +667,57 @@ mod tests {
             let shape = [co, ci / groups, kh, kw];
             let got = conv2d_weight_grad(x, dy, &shape, &options, DType::F32, [0.0f32, 1.0]);
             close(&data(got), &dw, &format!("case {i}: weight gradient"));
+        }
+    }
+
+    /// The input gradient by its defining sum, in f64: every output gradient times every
+    /// weight, added at the input position that weight read.
+    fn input_gradient(geo: &Geometry, w: &[f32], dy: &[f32]) -> Vec<f64> {
+        let mut dx = vec![0.0f64; geo.batch * geo.c_in * geo.in_plane()];
+        let (cpg, opg) = (geo.in_per_group(), geo.out_per_group());
+        for b in 0..geo.batch {
+            for o in 0..geo.c_out {
+                for c in (o / opg) * cpg..(o / opg + 1) * cpg {
+                    let kernel = (0..geo.k_h).flat_map(|ky| (0..geo.k_w).map(move |kx| (ky, kx)));
+                    for (ky, kx) in kernel {
+                        for (oy, ox) in
+                            (0..geo.out_h).flat_map(|oy| (0..geo.out_w).map(move |ox| (oy, ox)))
+                        {
+                            let iy = (oy * geo.stride[0] + ky * geo.dilation[0])
+                                .wrapping_sub(geo.padding[0]);
+                            let ix = (ox * geo.stride[1] + kx * geo.dilation[1])
+                                .wrapping_sub(geo.padding[1]);
+                            if iy < geo.in_h && ix < geo.in_w {
+                                let at = ((b * geo.c_out + o) * geo.out_h + oy) * geo.out_w + ox;
+                                let k = w[((o * cpg + c % cpg) * geo.k_h + ky) * geo.k_w + kx];
+                                dx[((b * geo.c_in + c) * geo.in_h + iy) * geo.in_w + ix] +=
+                                    dy[at] as f64 * k as f64;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        dx
+    }
+
+    #[test]
+    fn the_input_gradient_equals_its_defining_sum() {
+        use crate::Flex;
+        use burn_backend::ops::ModuleOps;
+        for (i, &(n, ci, h, w, co, kh, kw, stride, padding, dilation, groups)) in
+            CASES.iter().enumerate()
+        {
+            let options = ConvOptions::new(stride, padding, dilation, groups);
+            let (x, weight) = (
+                tensor(&[n, ci, h, w], i as u64),
+                tensor(&[co, ci / groups, kh, kw], 100 + i as u64),
+            );
+            let geo = Geometry::new(&[n, ci, h, w], &[co, ci / groups, kh, kw], &options);
+            let dy = tensor(&[n, co, geo.out_h, geo.out_w], 200 + i as u64);
+            let want = input_gradient(&geo, &data(weight.clone()), &data(dy.clone()));
+            let got = Flex::conv2d_x_backward(x, weight, dy, options);
+            close(&data(got), &want, &format!("case {i}: input gradient"));
         }
     }
 

@@ -98,6 +98,7 @@ pub mod comparison;
 mod conv_common;
 pub mod conv;
 mod conv2d_gemm;
+mod conv2d_shifted;
 pub mod conv_transpose;
 pub mod cumulative;
 pub mod deform_conv;

@@ -2,14 +2,16 @@
 //!
 //! These operations power neural network modules like convolutions and pooling.
 
-use crate::ops::{conv, conv_transpose, conv2d_gemm, deform_conv, interpolate, linear, pool};
+use crate::ops::{
+    conv, conv_transpose, conv2d_gemm, conv2d_shifted, deform_conv, interpolate, linear, pool,
+};
 use crate::{Flex, FlexTensor, Layout};
 use burn_backend::{
     DType, Element, TensorMetadata,
     ops::{
         AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
         DeformConvOptions, FloatTensorOps, IntTensorOps, InterpolateMode, InterpolateOptions,
-        MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,
+        MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps, conv::calculate_padding_out,
     },
     tensor::{BoolTensor, FloatTensor, IntTensor},
 };
@@ -92,6 +94,56 @@ impl ModuleOps<Flex> for Flex {
                 cast_from_f32(out, bf16::from_f32)
             }
             dtype => panic!("conv2d: unsupported dtype {:?}", dtype),
+        }
+    }
+
+    /// Of a stride-1 convolution in f32 or f64: the convolution of the output gradient by the
+    /// flipped kernel (the forward pass's fast path). Otherwise, as burn does by default: the
+    /// transposed convolution of the output gradient.
+    fn conv2d_x_backward(
+        x: FloatTensor<Flex>,
+        weight: FloatTensor<Flex>,
+        output_grad: FloatTensor<Flex>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Flex> {
+        let [_, _, k_h, k_w] = weight.shape().dims::<4>();
+        let as_conv = conv2d_shifted::x_grad_options(&options, [k_h, k_w]);
+        match (x.dtype(), as_conv) {
+            (DType::F32, Some(flipped_options)) => {
+                let w = conv2d_shifted::flipped::<f32>(weight, options.groups, DType::F32);
+                let one = [0.0f32, 1.0];
+                conv2d_gemm::conv2d(output_grad, w, None, &flipped_options, DType::F32, one)
+            }
+            (DType::F64, Some(flipped_options)) => {
+                let w = conv2d_shifted::flipped::<f64>(weight, options.groups, DType::F64);
+                let one = [0.0f64, 1.0];
+                conv2d_gemm::conv2d(output_grad, w, None, &flipped_options, DType::F64, one)
+            }
+            _ => {
+                let [_, _, in_h, in_w] = x.shape().dims::<4>();
+                let [_, _, out_h, out_w] = output_grad.shape().dims::<4>();
+                let padding_out = |i: usize, k: usize, size_in: usize, size_out: usize| {
+                    calculate_padding_out(
+                        k,
+                        options.stride[i],
+                        options.padding[i],
+                        options.dilation[i],
+                        size_in,
+                        size_out,
+                    )
+                };
+                let transposed = ConvTransposeOptions::new(
+                    options.stride,
+                    options.padding,
+                    [
+                        padding_out(0, k_h, in_h, out_h),
+                        padding_out(1, k_w, in_w, out_w),
+                    ],
+                    options.dilation,
+                    options.groups,
+                );
+                Self::conv_transpose2d(output_grad, weight, None, transposed)
+            }
         }
     }
 

@@ -1,0 +1,216 @@
+//! 2-D convolutions of stride 1 as one GEMM per kernel position, without unfolding.
+//!
+//! With stride 1 the input under kernel position `(ky, kx)` at output `(oy, ox)` is the padded
+//! input at `(oy + ky·dil_h, ox + kx·dil_w)`. Each batch item's planes are copied once into
+//! zero-padded planes `wp = in_w + 2·pad_w` wide; on that grid output position `oy·wp + ox`
+//! reads padded position `oy·wp + ox + shift`, with one fixed `shift = ky·dil_h·wp + kx·dil_w`
+//! per kernel position. A tile of output rows is then the sum over kernel positions of
+//! `W[:, :, ky, kx] · padded[:, tile + shift]`: one GEMM each, whose input operand is read where
+//! it lies (a run of positions per channel, the channels a plane apart), so no patch matrix is
+//! built (nine copies of the input for a 3×3 kernel) and none is repacked. The grid's
+//! `wp − out_w` extra columns per row are computed and dropped when a tile is copied into the
+//! output planes.
+//!
+//! The input gradient of a stride-1 convolution is such a convolution too (of the output
+//! gradient by the kernel turned half a turn, channels swapped), so it runs here as well.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use burn_backend::DType;
+use burn_backend::ops::ConvOptions;
+use burn_std::{Bytes, Shape};
+use core::mem::MaybeUninit;
+use core::ops::Range;
+
+use super::conv2d_gemm::{Geometry, for_each_chunk, gemm_on_thread};
+use crate::{FlexTensor, Layout};
+
+/// Positions per GEMM are rounded up to a multiple of this (the f32 kernel's vector length),
+/// so that the GEMM reads its input operand in place instead of packing it first.
+const LANES: usize = 16;
+
+/// Output positions (of the padded grid) per tile, about.
+const TILE_POSITIONS: usize = 256;
+
+/// Where one group of one item lies once padded.
+struct PaddedGrid {
+    /// Rows and columns of a padded plane.
+    hp: usize,
+    wp: usize,
+    /// Distance between two channels' planes: a plane and the slack that a tile's rounded-up
+    /// positions read past the last plane's end.
+    plane: usize,
+}
+
+impl PaddedGrid {
+    fn new(geo: &Geometry) -> Self {
+        let (hp, wp) = (geo.in_h + 2 * geo.padding[0], geo.in_w + 2 * geo.padding[1]);
+        let slack = (geo.k_w - 1) * geo.dilation[1] + LANES;
+        Self {
+            hp,
+            wp,
+            plane: hp * wp + slack,
+        }
+    }
+
+    /// Copies group `g`'s channels of one item's planes `x` (`[c_in, in_h, in_w]`) inside the
+    /// borders of `padded`, whose borders and slack are zero and stay so.
+    fn fill<T: Copy>(&self, geo: &Geometry, x: &[T], g: usize, padded: &mut [T]) {
+        let (cpg, plane) = (geo.in_per_group(), geo.in_plane());
+        let [pad_h, pad_w] = geo.padding;
+        for c in 0..cpg {
+            let from = &x[(g * cpg + c) * plane..][..plane];
+            let to = &mut padded[c * self.plane..][..self.hp * self.wp];
+            for (iy, row) in from.chunks_exact(geo.in_w).enumerate() {
+                to[(iy + pad_h) * self.wp + pad_w..][..geo.in_w].copy_from_slice(row);
+            }
+        }
+    }
+
+    /// The output rows of each tile.
+    fn tiles(&self, geo: &Geometry) -> impl Iterator<Item = Range<usize>> + use<> {
+        let step = (TILE_POSITIONS / self.wp).clamp(1, geo.out_h.max(1));
+        let end = geo.out_h;
+        (0..end)
+            .step_by(step)
+            .map(move |start| start..(start + step).min(end))
+    }
+}
+
+/// The weight `[c_out, cpg, k_h, k_w]` as one `[opg, cpg]` matrix per group and kernel
+/// position (`[groups, k_h · k_w, opg, cpg]`).
+fn per_kernel_position<T: Copy>(w: &[T], geo: &Geometry, zero: T) -> Vec<T> {
+    let (opg, cpg, kernel) = (geo.out_per_group(), geo.in_per_group(), geo.k_h * geo.k_w);
+    let mut out = vec![zero; w.len()];
+    for g in 0..geo.groups {
+        for o in 0..opg {
+            for c in 0..cpg {
+                for k in 0..kernel {
+                    let from = ((g * opg + o) * cpg + c) * kernel + k;
+                    out[((g * kernel + k) * opg + o) * cpg + c] = w[from];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The stride-1 convolution of `x` (`[batch, c_in, in_h, in_w]`, contiguous) by `w`
+/// (`[c_out, c_in / groups, k_h, k_w]`, contiguous) into `out` (`[batch, c_out, out_h,
+/// out_w]`), every element of which it writes.
+pub(super) fn conv2d<T>(
+    x: &[T],
+    w: &[T],
+    geo: &Geometry,
+    [zero, one]: [T; 2],
+    out: &mut [MaybeUninit<T>],
+) where
+    T: bytemuck::Pod + Send + Sync + 'static,
+{
+    debug_assert_eq!(geo.stride, [1, 1]);
+    let grid = PaddedGrid::new(geo);
+    let (opg, cpg, positions) = (geo.out_per_group(), geo.in_per_group(), geo.positions());
+    let w = per_kernel_position(w, geo, zero);
+    let item_in = geo.c_in * geo.in_plane();
+    let max_rows = grid.tiles(geo).map(|rows| rows.len()).max().unwrap_or(0);
+    let tile_len = (max_rows * grid.wp).next_multiple_of(LANES);
+    let scratch = || (vec![zero; cpg * grid.plane], vec![zero; opg * tile_len]);
+    for_each_chunk(
+        out,
+        geo.c_out * positions,
+        scratch,
+        |(padded, sums), (b, out_b)| {
+            let x_b = &x[b * item_in..(b + 1) * item_in];
+            for g in 0..geo.groups {
+                grid.fill(geo, x_b, g, padded);
+                for rows in grid.tiles(geo) {
+                    let m = (rows.len() * grid.wp).next_multiple_of(LANES);
+                    for ky in 0..geo.k_h {
+                        for kx in 0..geo.k_w {
+                            let k = ky * geo.k_w + kx;
+                            let start = (rows.start + ky * geo.dilation[0]) * grid.wp
+                                + kx * geo.dilation[1];
+                            // sums[opg, m] (+)= w[g, k][opg, cpg] · padded[cpg, start..start + m]
+                            // SAFETY: `sums` holds opg · m ≤ opg · tile_len values; the weight
+                            // block opg · cpg; the last channel's run ends at most at
+                            // (hp − 1)·wp + (k_w − 1)·dil_w + wp − 1 + LANES, inside its plane
+                            // and slack.
+                            unsafe {
+                                gemm_on_thread(
+                                    [opg, m, cpg],
+                                    sums.as_mut_ptr(),
+                                    [m as isize, 1],
+                                    k > 0,
+                                    w[((g * geo.k_h * geo.k_w) + k) * opg * cpg..].as_ptr(),
+                                    [cpg as isize, 1],
+                                    padded[start..].as_ptr(),
+                                    [grid.plane as isize, 1],
+                                    [zero, one],
+                                );
+                            }
+                        }
+                    }
+                    for o in 0..opg {
+                        let out_o = &mut out_b[(g * opg + o) * positions..][..positions];
+                        for (r, oy) in rows.clone().enumerate() {
+                            let from = &sums[o * m + r * grid.wp..][..geo.out_w];
+                            let to = &mut out_o[oy * geo.out_w..][..geo.out_w];
+                            for (slot, &v) in to.iter_mut().zip(from) {
+                                slot.write(v);
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// The options under which the gradient of the input of a convolution with `options` and a
+/// `kernel`-sized weight is itself a stride-1 convolution (of the output gradient, by
+/// [`flipped`]): stride 1 and a padding of at most `dilation · (kernel − 1)` on each side, the
+/// output gradient then padded by the difference. `None` otherwise.
+pub(crate) fn x_grad_options(
+    options: &ConvOptions<2>,
+    kernel: [usize; 2],
+) -> Option<ConvOptions<2>> {
+    if options.stride != [1, 1] {
+        return None;
+    }
+    let reach = |i: usize| options.dilation[i] * (kernel[i] - 1);
+    let padding = [
+        reach(0).checked_sub(options.padding[0])?,
+        reach(1).checked_sub(options.padding[1])?,
+    ];
+    Some(ConvOptions::new(
+        [1, 1],
+        padding,
+        options.dilation,
+        options.groups,
+    ))
+}
+
+/// The weight `[c_out, c_in / groups, k_h, k_w]` of a convolution as the weight of the
+/// convolution that gives its input gradient: `[c_in, c_out / groups, k_h, k_w]`, each
+/// group's input and output channels swapped and the kernel turned half a turn.
+pub(crate) fn flipped<T: bytemuck::Pod + burn_backend::Element>(
+    weight: FlexTensor,
+    groups: usize,
+    dtype: DType,
+) -> FlexTensor {
+    let weight = weight.to_contiguous();
+    let [c_out, cpg, k_h, k_w]: [usize; 4] = weight.layout().shape().dims();
+    let w: &[T] = weight.storage();
+    let (opg, kernel) = (c_out / groups, k_h * k_w);
+    let mut out: Vec<T> = Vec::with_capacity(w.len());
+    for g in 0..groups {
+        for c in 0..cpg {
+            for o in 0..opg {
+                let from = &w[((g * opg + o) * cpg + c) * kernel..][..kernel];
+                out.extend(from.iter().rev());
+            }
+        }
+    }
+    let shape = Shape::from(vec![groups * cpg, opg, k_h, k_w]);
+    FlexTensor::new(Bytes::from_elems(out), Layout::contiguous(shape), dtype)
+}
