@@ -45,7 +45,7 @@ struct PaddedGrid {
 impl PaddedGrid {
     fn new(geo: &Geometry) -> Self {
         let (hp, wp) = (geo.in_h + 2 * geo.padding[0], geo.in_w + 2 * geo.padding[1]);
-        let slack = (geo.k_w - 1) * geo.dilation[1] + LANES;
+        let slack = geo.k_w.saturating_sub(1) * geo.dilation[1] + LANES;
         Self {
             hp,
             wp,
@@ -177,7 +177,7 @@ pub(crate) fn x_grad_options(
     if options.stride != [1, 1] {
         return None;
     }
-    let reach = |i: usize| options.dilation[i] * (kernel[i] - 1);
+    let reach = |i: usize| options.dilation[i] * kernel[i].saturating_sub(1);
     let padding = [
         reach(0).checked_sub(options.padding[0])?,
         reach(1).checked_sub(options.padding[1])?,
