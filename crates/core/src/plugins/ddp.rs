@@ -4,8 +4,8 @@
 //!
 //! Gradients travel through host buffers in buckets of at most `bucket_cap_mb` (one
 //! all-reduce per bucket); a gradient of a megabyte or more is all-reduced in its own buffer,
-//! without the copies into and out of a bucket. burn runs the whole backward pass in one call, so the reduction
-//! starts when backward ends instead of overlapping it as torch's DDP does.
+//! without the copies into and out of a bucket. burn runs the whole backward pass in one call,
+//! so the reduction starts when backward ends instead of overlapping it as torch's DDP does.
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};

@@ -190,10 +190,26 @@ pub(crate) fn x_grad_options(
     ))
 }
 
+/// The input gradient of a convolution whose input gradient is a stride-1 convolution under
+/// `options` (what [`x_grad_options`] gave): the output gradient convolved by [`flipped`].
+pub(crate) fn x_grad<T>(
+    output_grad: FlexTensor,
+    weight: FlexTensor,
+    options: &ConvOptions<2>,
+    dtype: DType,
+    zero_one: [T; 2],
+) -> FlexTensor
+where
+    T: bytemuck::Pod + burn_backend::Element + Send + Sync + core::ops::Add<Output = T> + 'static,
+{
+    let w = flipped::<T>(weight, options.groups, dtype);
+    super::conv2d_gemm::conv2d(output_grad, w, None, options, dtype, zero_one)
+}
+
 /// The weight `[c_out, c_in / groups, k_h, k_w]` of a convolution as the weight of the
 /// convolution that gives its input gradient: `[c_in, c_out / groups, k_h, k_w]`, each
 /// group's input and output channels swapped and the kernel turned half a turn.
-pub(crate) fn flipped<T: bytemuck::Pod + burn_backend::Element>(
+fn flipped<T: bytemuck::Pod + burn_backend::Element>(
     weight: FlexTensor,
     groups: usize,
     dtype: DType,

@@ -109,15 +109,11 @@ impl ModuleOps<Flex> for Flex {
         let [_, _, k_h, k_w] = weight.shape().dims::<4>();
         let as_conv = conv2d_shifted::x_grad_options(&options, [k_h, k_w]);
         match (x.dtype(), as_conv) {
-            (DType::F32, Some(flipped_options)) => {
-                let w = conv2d_shifted::flipped::<f32>(weight, options.groups, DType::F32);
-                let one = [0.0f32, 1.0];
-                conv2d_gemm::conv2d(output_grad, w, None, &flipped_options, DType::F32, one)
+            (DType::F32, Some(as_conv)) => {
+                conv2d_shifted::x_grad(output_grad, weight, &as_conv, DType::F32, [0.0f32, 1.0])
             }
-            (DType::F64, Some(flipped_options)) => {
-                let w = conv2d_shifted::flipped::<f64>(weight, options.groups, DType::F64);
-                let one = [0.0f64, 1.0];
-                conv2d_gemm::conv2d(output_grad, w, None, &flipped_options, DType::F64, one)
+            (DType::F64, Some(as_conv)) => {
+                conv2d_shifted::x_grad(output_grad, weight, &as_conv, DType::F64, [0.0f64, 1.0])
             }
             _ => {
                 let [_, _, in_h, in_w] = x.shape().dims::<4>();
