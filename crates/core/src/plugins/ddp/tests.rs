@@ -1,5 +1,6 @@
 //! `ddp`'s host path: every gradient comes back as the mean over the ranks in its own dtype,
-//! large ones reduced in their own buffers, the rest in buckets.
+//! large ones reduced in their own buffers, the rest in buckets; every rank starts from rank
+//! 0's weights; the replica check finds a rank that drifted.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -16,7 +17,8 @@ use crate::options::ClipAlgorithm;
 use crate::plan::Plan;
 use crate::plugins::access::Gradients;
 use crate::plugins::precision::TruePrecision;
-use crate::plugins::strategy::StrategyParts;
+use crate::plugins::strategy::{Strategy, StrategyParts};
+use crate::plugins::weights::{ParamInfo, Weights};
 use ember_plan::precision::Precision;
 
 /// Rank 0 of two whose partner's gradients are all ones; records each all-reduce's length.
@@ -139,4 +141,114 @@ fn every_gradient_comes_back_as_the_mean_in_its_own_dtype() {
             ("f64", 5)
         ]
     );
+}
+
+/// Rank 1 of two: a broadcast hands it `root`'s bytes, an all-gather puts `rank_0` beside
+/// its own.
+struct RankOne {
+    root: Vec<u8>,
+    rank_0: Vec<u8>,
+}
+
+impl Collective for RankOne {
+    fn rank(&self) -> usize {
+        1
+    }
+    fn world_size(&self) -> usize {
+        2
+    }
+    fn barrier(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn all_reduce_f32(&self, _: &mut [f32], _: ReduceOp) -> anyhow::Result<()> {
+        unreachable!("setup and the replica check reduce nothing")
+    }
+    fn all_reduce_f64(&self, _: &mut [f64], _: ReduceOp) -> anyhow::Result<()> {
+        unreachable!("setup and the replica check reduce nothing")
+    }
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()> {
+        assert_eq!(root, 0);
+        buf.clone_from(&self.root);
+        Ok(())
+    }
+    fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
+        Ok(vec![self.rank_0.clone(), bytes.to_vec()])
+    }
+    fn abort(&self, code: i32) -> ! {
+        panic!("abort({code})")
+    }
+}
+
+/// Weights held as host data.
+struct HostWeights(Vec<(ParamId, TensorData)>);
+
+impl Weights for HostWeights {
+    fn to_host(&self) -> Vec<(ParamId, TensorData)> {
+        self.0.clone()
+    }
+    fn buffers_to_host(&self) -> Vec<(ParamId, TensorData)> {
+        Vec::new()
+    }
+    fn to_host_where(&self, keep: &mut dyn FnMut(ParamId) -> bool) -> Vec<(ParamId, TensorData)> {
+        self.0.iter().filter(|(id, _)| keep(*id)).cloned().collect()
+    }
+    fn trainable(&self) -> Vec<ParamInfo> {
+        unreachable!("setup and the replica check need no sizes")
+    }
+    fn load_host(&mut self, weights: Vec<(ParamId, TensorData)>) -> anyhow::Result<()> {
+        self.0 = weights;
+        Ok(())
+    }
+}
+
+fn ddp_as_rank_one(root: Vec<u8>, rank_0: Vec<u8>) -> Ddp {
+    let mut ddp = ddp_over(Rc::default());
+    ddp.parts.collective = Rc::new(RankOne { root, rank_0 });
+    ddp
+}
+
+#[test]
+fn every_rank_starts_from_rank_0s_weights_in_their_own_dtypes() {
+    let own = [ramp(1.0, 6, DType::F32), ramp(-2.0, 3, DType::F64)];
+    let root = [ramp(7.0, 6, DType::F32), ramp(0.5, 3, DType::F64)];
+    let root_bytes = root.iter().flat_map(|d| d.as_bytes().to_vec()).collect();
+    let mut weights = HostWeights(own.iter().map(|d| (ParamId::new(), d.clone())).collect());
+    let ids: Vec<ParamId> = weights.0.iter().map(|(id, _)| *id).collect();
+    let mut ddp = ddp_as_rank_one(root_bytes, Vec::new());
+    ddp.setup_weights(&mut weights).unwrap();
+    for ((id, got), (want_id, want)) in weights.0.iter().zip(ids.iter().zip(&root)) {
+        assert_eq!(
+            (id, got.dtype, &got.shape),
+            (want_id, want.dtype, &want.shape)
+        );
+        assert_eq!(got.as_bytes(), want.as_bytes());
+    }
+}
+
+#[test]
+fn a_model_of_another_size_on_rank_0_is_refused_before_anything_loads() {
+    let own = ramp(1.0, 6, DType::F32);
+    let mut weights = HostWeights(vec![(ParamId::new(), own.clone())]);
+    let mut ddp = ddp_as_rank_one(vec![0; 20], Vec::new());
+    let err = ddp.setup_weights(&mut weights).unwrap_err().to_string();
+    assert!(
+        err.contains("rank 1's model has 24 bytes of float parameters but rank 0's has 20"),
+        "{err}"
+    );
+    assert_eq!(weights.0[0].1.as_bytes(), own.as_bytes());
+}
+
+#[test]
+fn the_replica_check_names_a_rank_whose_weights_differ_in_one_bit() {
+    let mine = ramp(1.0, 1000, DType::F32);
+    let digest = |data: &TensorData| super::REPLICA_CRC.checksum(data.as_bytes()).to_le_bytes();
+    let weights = HostWeights(vec![(ParamId::new(), mine.clone())]);
+    let same = ddp_as_rank_one(Vec::new(), digest(&mine).to_vec());
+    super::check_replicas(same.collective(), &weights, false).unwrap();
+
+    let mut flipped = mine.clone();
+    flipped.bytes[2000] ^= 1;
+    let differs = ddp_as_rank_one(Vec::new(), digest(&flipped).to_vec());
+    let err = super::check_replicas(differs.collective(), &weights, false).unwrap_err();
+    assert!(err.to_string().contains("rank(s) [1] differ"), "{err}");
 }
