@@ -56,6 +56,8 @@ cargo xtask <task>
                      torch loop and Lightning, with each Trainer's defaults and bare (no
                      loggers, checkpoints, summary); ember(cpu)/Lightning and the large
                      models' peak shares (the torch venv)
+  bench convs [ROUNDS]          each convolution of the ResNet alone, forward and backward, on
+                     burn-flex and on PyTorch (the torch venv); last line ember/PyTorch
   bench xla [ROUNDS]            the xla accelerator (XLA's CPU plugin) vs cpu and vs jax (the
                      pinned jax venv) on digits and a wide MLP: steps/s, compiles, cache
                      hits, host overhead per step; last line xla/jax
@@ -359,6 +361,12 @@ fn main() -> ExitCode {
                 cargo.extend(&rest[1..]);
                 setup(true) && run_in("cargo", &cargo, &[], &torch_env())
             }
+            Some(&"convs") => {
+                // PyTorch's side runs in the pinned torch venv (scripts/setup.sh --torch).
+                let mut cargo = vec!["bench", "-p", "convnet", "--bench", "convs", "--"];
+                cargo.extend(&rest[1..]);
+                setup(true) && run_in("cargo", &cargo, &[], &torch_env())
+            }
             Some(&"data") => {
                 // torchvision's side runs in the pinned torch venv (scripts/setup.sh --torch).
                 let mut cargo = vec!["bench", "-p", "images", "--bench", "data", "--"];
@@ -397,7 +405,7 @@ fn main() -> ExitCode {
             }
             other => {
                 eprintln!(
-                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, xla-devices, models, data, profiler, outside"
+                    "xtask: unknown benchmark {other:?}; available: cpu-backends, overhead, precision, ddp, long-run, sharded, vs-lightning, xla, xla-devices, models, convs, data, profiler, outside, checkpointing"
                 );
                 false
             }
