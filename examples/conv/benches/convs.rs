@@ -183,7 +183,12 @@ fn main() -> anyhow::Result<()> {
     };
     println!(
         "{:<30} {:>12} {:>12} {:>8}   {:>12} {:>12} {:>8}",
-        "layer (batch 128, 2 threads)", "fwd ember", "fwd torch", "ratio", "bwd ember", "bwd torch",
+        "layer (batch 128, 2 threads)",
+        "fwd ember",
+        "fwd torch",
+        "ratio",
+        "bwd ember",
+        "bwd torch",
         "ratio"
     );
     let mut logs = [0.0f64; 2];
