@@ -1,15 +1,16 @@
 """The PyTorch side of `cargo xtask bench convs`: the forward and backward pass of each
 convolution of the conv example's ResNet, timed alone, as autograd runs them in training.
 
-    python convs.py BATCH REPS
+    python convs.py BATCH REPS LAYERS
+
+LAYERS is a JSON list from the Rust side, one [name, in channels, out channels, kernel, stride,
+padding, input side, input takes a gradient] per convolution.
 
 Each rep runs a layer's forward pass (the graph recorded) and then its backward pass from a
-fixed output gradient, which computes the weight's gradient and, for every layer but the
-first (whose input is the images), the input's; REPS reps after three warm-up reps. The last
-line printed is one JSON object, {"layers": [{"name", "forward_ms", "backward_ms"}, ...]},
-each time the fastest of the REPS in milliseconds. LAYERS mirrors
-examples/conv/benches/convs.rs. Threads: torch.set_num_threads(2), as every contender of the
-models bench gets.
+fixed output gradient, which computes the weight's gradient and, where the input takes one,
+the input's; REPS reps after three warm-up reps. The last line printed is one JSON object,
+{"layers": [{"name", "forward_ms", "backward_ms"}, ...]}, each time the fastest of the REPS in
+milliseconds. Threads: torch.set_num_threads(2), as every contender of the models bench gets.
 """
 
 import json
@@ -18,25 +19,16 @@ import time
 
 import torch
 
-# (name, in channels, out channels, kernel, stride, padding, input side, input takes a gradient)
-LAYERS = [
-    ("stem 3->32 3x3 32x32", 3, 32, 3, 1, 1, 32, False),
-    ("block 32->32 3x3 32x32", 32, 32, 3, 1, 1, 32, True),
-    ("down 32->64 3x3 s2 32x32", 32, 64, 3, 2, 1, 32, True),
-    ("shortcut 32->64 1x1 s2 32x32", 32, 64, 1, 2, 0, 32, True),
-    ("block 64->64 3x3 16x16", 64, 64, 3, 1, 1, 16, True),
-]
-
 # Reps before the clock starts: torch's first calls of a shape allocate its buffers.
 WARM_UP = 3
 
 
 def main():
-    batch, reps = int(sys.argv[1]), int(sys.argv[2])
+    batch, reps, given = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
     torch.set_num_threads(2)
     torch.manual_seed(0)
     layers = []
-    for name, c_in, c_out, k, s, p, side, x_grad in LAYERS:
+    for name, c_in, c_out, k, s, p, side, x_grad in given:
         x = torch.randn(batch, c_in, side, side, requires_grad=x_grad)
         w = torch.randn(c_out, c_in, k, k, requires_grad=True)
         out = (side + 2 * p - k) // s + 1

@@ -46,7 +46,7 @@ struct Layer {
     x_grad: bool,
 }
 
-/// The ResNet's convolutions (scripts/bench/convs.py lists the same).
+/// The ResNet's convolutions (handed to scripts/bench/convs.py too).
 const LAYERS: [Layer; 5] = [
     layer("stem 3->32 3x3 32x32", [3, 32, 3, 1, 1, 32], false),
     layer("block 32->32 3x3 32x32", [32, 32, 3, 1, 1, 32], true),
@@ -128,21 +128,47 @@ fn contender() {
     println!("{}", serde_json::json!({ "layers": layers }));
 }
 
-/// One side's forward and backward milliseconds per layer, from its report.
-fn times(report: &serde_json::Value) -> anyhow::Result<Vec<[f64; 2]>> {
+/// One side's forward and backward milliseconds per layer, from its report; fails unless it
+/// reports every layer of [`LAYERS`], in order, with both times.
+fn times(side: &str, report: &serde_json::Value) -> anyhow::Result<Vec<[f64; 2]>> {
     let layers = report["layers"]
         .as_array()
-        .ok_or_else(|| anyhow::anyhow!("a report without layers: {report}"))?;
+        .ok_or_else(|| anyhow::anyhow!("{side}: a report without layers: {report}"))?;
     anyhow::ensure!(
         layers.len() == LAYERS.len(),
-        "a report of {} layers",
-        layers.len()
+        "{side}: a report of {} layers, {} expected",
+        layers.len(),
+        LAYERS.len()
     );
-    let ms = |l: &serde_json::Value, key: &str| l[key].as_f64().unwrap_or(f64::NAN);
-    Ok(layers
-        .iter()
-        .map(|l| [ms(l, "forward_ms"), ms(l, "backward_ms")])
-        .collect())
+    let ms = |l: &serde_json::Value, key: &str| {
+        l[key]
+            .as_f64()
+            .ok_or_else(|| anyhow::anyhow!("{side}: no {key} in {l}"))
+    };
+    (layers.iter().zip(&LAYERS))
+        .map(|(l, layer)| {
+            anyhow::ensure!(
+                l["name"] == layer.name,
+                "{side}: reported {} where {} was expected",
+                l["name"],
+                layer.name
+            );
+            Ok([ms(l, "forward_ms")?, ms(l, "backward_ms")?])
+        })
+        .collect()
+}
+
+/// [`LAYERS`] as the PyTorch side reads them: a JSON list of `[name, c_in, c_out, kernel,
+/// stride, padding, side, x_grad]`.
+fn layers_json() -> String {
+    let rows: Vec<serde_json::Value> = (LAYERS.iter())
+        .map(|l| {
+            serde_json::json!([
+                l.name, l.c_in, l.c_out, l.kernel, l.stride, l.padding, l.side, l.x_grad
+            ])
+        })
+        .collect();
+    serde_json::Value::from(rows).to_string()
 }
 
 /// Runs one side once and returns its times.
@@ -156,11 +182,16 @@ fn run_side(side: &str) -> anyhow::Result<Vec<[f64; 2]>> {
         _ => {
             let mut c = Command::new(python("convs")?);
             let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench/convs.py");
-            c.args([script, &BATCH.to_string(), &REPS.to_string()]);
+            c.args([
+                script,
+                &BATCH.to_string(),
+                &REPS.to_string(),
+                &layers_json(),
+            ]);
             c
         }
     };
-    times(&run_contender(side, command)?.0)
+    times(side, &run_contender(side, command)?.0)
 }
 
 fn main() -> anyhow::Result<()> {
