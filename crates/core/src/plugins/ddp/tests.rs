@@ -1,6 +1,6 @@
 //! `ddp`'s host path: every gradient comes back as the mean over the ranks in its own dtype,
 //! large ones reduced in their own buffers, the rest in buckets; every rank starts from rank
-//! 0's weights; the replica check finds a rank that drifted.
+//! 0's weights; the replica check finds a rank that drifted. One stand-in partner serves all.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -21,15 +21,20 @@ use crate::plugins::strategy::{Strategy, StrategyParts};
 use crate::plugins::weights::{ParamInfo, Weights};
 use ember_plan::precision::Precision;
 
-/// Rank 0 of two whose partner's gradients are all ones; records each all-reduce's length.
+/// One of two ranks: its partner's gradients are all ones (each all-reduce's length is
+/// recorded); as rank 1 it receives `root` from rank 0's broadcast and `rank_0` beside its own
+/// bytes in an all-gather (rank 0 sees its own bytes twice).
 #[derive(Default)]
-struct PartnerOfOnes {
+struct Partner {
+    rank: usize,
+    root: Vec<u8>,
+    rank_0: Vec<u8>,
     lengths: RefCell<Vec<(&'static str, usize)>>,
 }
 
-impl Collective for PartnerOfOnes {
+impl Collective for Partner {
     fn rank(&self) -> usize {
-        0
+        self.rank
     }
     fn world_size(&self) -> usize {
         2
@@ -49,11 +54,19 @@ impl Collective for PartnerOfOnes {
         buf.iter_mut().for_each(|x| *x += 1.0);
         Ok(())
     }
-    fn broadcast(&self, _: &mut Vec<u8>, _: usize) -> anyhow::Result<()> {
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()> {
+        assert_eq!(root, 0);
+        if self.rank != root {
+            buf.clone_from(&self.root);
+        }
         Ok(())
     }
     fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
-        Ok(vec![bytes.to_vec(), bytes.to_vec()])
+        let first = match self.rank {
+            0 => bytes.to_vec(),
+            _ => self.rank_0.clone(),
+        };
+        Ok(vec![first, bytes.to_vec()])
     }
     fn abort(&self, code: i32) -> ! {
         panic!("abort({code})")
@@ -87,7 +100,7 @@ impl Gradients for HostGradients {
     }
 }
 
-fn ddp_over(collective: Rc<PartnerOfOnes>) -> Ddp {
+fn ddp_over(collective: Rc<Partner>) -> Ddp {
     Ddp::new(StrategyParts {
         plan: Plan::local("cpu", Precision::F32True),
         collective,
@@ -118,7 +131,7 @@ fn every_gradient_comes_back_as_the_mean_in_its_own_dtype() {
     ];
     let mut grads = HostGradients(given.iter().map(|d| (ParamId::new(), d.clone())).collect());
     let ids: Vec<ParamId> = grads.0.iter().map(|(id, _)| *id).collect();
-    let collective = Rc::new(PartnerOfOnes::default());
+    let collective = Rc::new(Partner::default());
     ddp_over(Rc::clone(&collective))
         .average_gradients(&mut grads)
         .unwrap();
@@ -141,42 +154,6 @@ fn every_gradient_comes_back_as_the_mean_in_its_own_dtype() {
             ("f64", 5)
         ]
     );
-}
-
-/// Rank 1 of two: a broadcast hands it `root`'s bytes, an all-gather puts `rank_0` beside
-/// its own.
-struct RankOne {
-    root: Vec<u8>,
-    rank_0: Vec<u8>,
-}
-
-impl Collective for RankOne {
-    fn rank(&self) -> usize {
-        1
-    }
-    fn world_size(&self) -> usize {
-        2
-    }
-    fn barrier(&self) -> anyhow::Result<()> {
-        Ok(())
-    }
-    fn all_reduce_f32(&self, _: &mut [f32], _: ReduceOp) -> anyhow::Result<()> {
-        unreachable!("setup and the replica check reduce nothing")
-    }
-    fn all_reduce_f64(&self, _: &mut [f64], _: ReduceOp) -> anyhow::Result<()> {
-        unreachable!("setup and the replica check reduce nothing")
-    }
-    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()> {
-        assert_eq!(root, 0);
-        buf.clone_from(&self.root);
-        Ok(())
-    }
-    fn all_gather(&self, bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
-        Ok(vec![self.rank_0.clone(), bytes.to_vec()])
-    }
-    fn abort(&self, code: i32) -> ! {
-        panic!("abort({code})")
-    }
 }
 
 /// Weights held as host data.
@@ -202,9 +179,12 @@ impl Weights for HostWeights {
 }
 
 fn ddp_as_rank_one(root: Vec<u8>, rank_0: Vec<u8>) -> Ddp {
-    let mut ddp = ddp_over(Rc::default());
-    ddp.parts.collective = Rc::new(RankOne { root, rank_0 });
-    ddp
+    ddp_over(Rc::new(Partner {
+        rank: 1,
+        root,
+        rank_0,
+        ..Partner::default()
+    }))
 }
 
 #[test]
