@@ -1,6 +1,6 @@
 //! `ddp`'s host path: every gradient comes back as the mean over the ranks in its own dtype,
 //! large ones reduced in their own buffers, the rest in buckets; every rank starts from rank
-//! 0's weights; the replica check finds a rank that drifted. One stand-in partner serves all.
+//! 0's weights; the replica check finds a rank that drifted.
 
 use std::cell::RefCell;
 use std::rc::Rc;
