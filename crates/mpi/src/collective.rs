@@ -15,6 +15,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
 use crate::key_value::MpiKeyValueStore;
+use crate::shared::{self, SharedSum, Summand};
 
 /// The collective operation in progress and when it started.
 type InFlight = Arc<Mutex<Option<(&'static str, Instant)>>>;
@@ -27,6 +28,8 @@ pub struct MpiCollective {
     threading: mpi::Threading,
     /// The key-value store, once the ranks asked for it.
     key_value: OnceCell<Arc<MpiKeyValueStore>>,
+    /// The shared window large sums go through when every rank is on this host.
+    shared: Option<SharedSum>,
     // Declared last: finalises MPI after the communicator is gone.
     _universe: Universe,
 }
@@ -53,17 +56,37 @@ impl MpiCollective {
         }
         let in_flight: InFlight = Arc::default();
         spawn_watchdog(Arc::clone(&in_flight), rank, timeout);
+        let shared = timed(&in_flight, "shared window", || SharedSum::new(&world));
         Ok(Self {
             world,
             in_flight,
             threading,
             key_value: OnceCell::new(),
+            shared,
             _universe: universe,
         })
     }
 
-    /// All-reduces `buf` in place (`MPI_IN_PLACE`: no send buffer, no copy of `buf`).
-    fn all_reduce<T: Equivalence>(&self, buf: &mut [T], op: ReduceOp) -> anyhow::Result<()> {
+    /// Whether sums of large buffers go through memory the ranks share (every rank is on this
+    /// host, and `EMBER_MPI_SHARED_SUM` is not `0`) rather than through `MPI_Allreduce`.
+    pub fn sums_in_shared_memory(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// All-reduces `buf` in place: a large sum through the shared window when there is one,
+    /// else `MPI_Allreduce` with `MPI_IN_PLACE` (no send buffer, no copy of `buf`).
+    fn all_reduce<T: Equivalence + Summand>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        if let Some(shared) = &self.shared
+            && op == ReduceOp::Sum
+            && size_of_val(buf) >= shared::MIN_BYTES
+        {
+            self.timed("all_reduce", || shared.sum(buf));
+            return Ok(());
+        }
         let count = i32::try_from(buf.len()).context("all_reduce takes at most 2^31 elements")?;
         let code = self.timed("all_reduce", || {
             // SAFETY: `buf` holds `count` elements of T's MPI datatype and is both the input and
@@ -127,11 +150,16 @@ impl MpiCollective {
 
     /// Runs one collective under the watchdog.
     fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
-        *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some((op, Instant::now()));
-        let out = f();
-        *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        out
+        timed(&self.in_flight, op, f)
     }
+}
+
+/// Runs collective `op` (`f`) under the watchdog that reads `in_flight`.
+fn timed<T>(in_flight: &InFlight, op: &'static str, f: impl FnOnce() -> T) -> T {
+    *in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some((op, Instant::now()));
+    let out = f();
+    *in_flight.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    out
 }
 
 unsafe extern "C" {
@@ -313,10 +341,13 @@ impl Collective for MpiCollective {
 }
 
 impl Drop for MpiCollective {
-    /// Closes the key-value store, if the ranks made one, before MPI is finalised.
+    /// Closes the key-value store, if the ranks made one, and frees the shared window before
+    /// MPI is finalised.
     fn drop(&mut self) {
         if let Some(store) = self.key_value.get() {
             self.timed("key_value_store close", || store.close());
         }
+        let shared = self.shared.take();
+        self.timed("shared window free", || drop(shared));
     }
 }

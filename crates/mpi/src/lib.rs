@@ -11,6 +11,7 @@
 mod collective;
 mod key_value;
 mod launcher;
+mod shared;
 
 pub use collective::MpiCollective;
 pub use key_value::MpiKeyValueStore;

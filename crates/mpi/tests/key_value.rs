@@ -1,38 +1,30 @@
 //! The key-value store over MPI (and the byte gathers beside it), with two ranks on this
 //! machine: this test starts itself under `mpirun -np 2`, and each rank runs [`rank_side`].
 
-use std::process::Command;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ember_mpi::{MpiCollective, mpirun_command};
+use ember_mpi::MpiCollective;
 use ember_plan::collective::Collective;
 use ember_plan::{Plan, Precision};
 
 const TEST: &str = "two_ranks_share_a_key_value_store";
-const RANK_ENV: &str = "OMPI_COMM_WORLD_RANK";
 
 #[test]
 fn two_ranks_share_a_key_value_store() {
-    if let Ok(rank) = std::env::var(RANK_ENV) {
-        rank_side(rank.parse().expect("OpenMPI's rank"));
+    if let Some((rank, _)) = common::rank() {
+        rank_side(rank);
         return;
     }
-    let found = Command::new("mpirun").arg("--version").output();
-    if !found.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: OpenMPI's mpirun is not installed (scripts/setup.sh installs it)");
+    let Some(stdout) = common::run_ranks(TEST, 2, &[]) else {
         return;
-    }
-    let me = std::env::current_exe().expect("the test binary");
-    let args = [TEST, "--exact", "--nocapture", "--test-threads=1"].map(String::from);
-    let out = mpirun_command(2, me, &args).output().expect("mpirun runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    };
     for rank in 0..2 {
         assert!(
             stdout.contains(&format!("rank {rank}: store checked")),
-            "{stdout}\n{stderr}"
+            "{stdout}"
         );
     }
 }
