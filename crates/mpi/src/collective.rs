@@ -15,7 +15,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
 use crate::key_value::MpiKeyValueStore;
-use crate::shared::{self, SharedSum, Summand};
+use crate::shared::{self, SharedWindow, Summand};
 
 /// The collective operation in progress and when it started.
 type InFlight = Arc<Mutex<Option<(&'static str, Instant)>>>;
@@ -28,8 +28,8 @@ pub struct MpiCollective {
     threading: mpi::Threading,
     /// The key-value store, once the ranks asked for it.
     key_value: OnceCell<Arc<MpiKeyValueStore>>,
-    /// The shared window large sums go through when every rank is on this host.
-    shared: Option<SharedSum>,
+    /// The shared window large sums and gathers go through when every rank is on this host.
+    shared: Option<SharedWindow>,
     // Declared last: finalises MPI after the communicator is gone.
     _universe: Universe,
 }
@@ -56,7 +56,7 @@ impl MpiCollective {
         }
         let in_flight: InFlight = Arc::default();
         spawn_watchdog(Arc::clone(&in_flight), rank, timeout);
-        let shared = timed(&in_flight, "shared window", || SharedSum::new(&world));
+        let shared = timed(&in_flight, "shared window", || SharedWindow::new(&world));
         Ok(Self {
             world,
             in_flight,
@@ -67,9 +67,10 @@ impl MpiCollective {
         })
     }
 
-    /// Whether sums of large buffers go through memory the ranks share (every rank is on this
-    /// host, and `EMBER_MPI_SHARED_SUM` is not `0`) rather than through `MPI_Allreduce`.
-    pub fn sums_in_shared_memory(&self) -> bool {
+    /// Whether sums and gathers of large buffers go through memory the ranks share (every rank
+    /// is on this host, and `EMBER_MPI_SHARED_MEMORY` is not `0`) rather than through MPI's
+    /// collectives.
+    pub fn uses_shared_memory(&self) -> bool {
         self.shared.is_some()
     }
 
@@ -106,9 +107,9 @@ impl MpiCollective {
         Ok(())
     }
 
-    /// Reduce-scatters `buf` into `out` with `MPI_Reduce_scatter` (rsmpi wraps only the
-    /// equal-parts variant).
-    fn reduce_scatter<T: Equivalence>(
+    /// Reduce-scatters `buf` into `out`: a large sum through the shared window when there is
+    /// one, else with `MPI_Reduce_scatter` (rsmpi wraps only the equal-parts variant).
+    fn reduce_scatter<T: Equivalence + Summand>(
         &self,
         buf: &[T],
         counts: &[usize],
@@ -130,6 +131,14 @@ impl MpiCollective {
             buf.len(),
             out.len()
         );
+        if let Some(shared) = &self.shared
+            && op == ReduceOp::Sum
+            && size_of_val(buf) >= shared::MIN_BYTES
+        {
+            let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
+            self.timed("reduce_scatter", || shared.sum_scatter(buf, &counts, out));
+            return Ok(());
+        }
         let code = self.timed("reduce_scatter", || {
             // SAFETY: `buf` holds the sum of `counts` elements and `out` this rank's count, both
             // of T's MPI datatype; the communicator and operation are live rsmpi handles.
@@ -307,12 +316,21 @@ impl Collective for MpiCollective {
             .collect::<anyhow::Result<Vec<i32>>>()?;
         let displs = offsets(&counts);
         let own = counts.get(self.rank()).copied().unwrap_or(-1);
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
         anyhow::ensure!(
-            counts.len() == self.world_size() && own as usize == bytes.len(),
-            "all_gather_into: parts {counts:?} for {} ranks; this rank has {} bytes",
+            counts.len() == self.world_size() && own as usize == bytes.len() && total == out.len(),
+            "all_gather_into: parts {counts:?} for {} ranks; this rank has {} bytes, {} out",
             self.world_size(),
-            bytes.len()
+            bytes.len(),
+            out.len()
         );
+        if let Some(shared) = &self.shared
+            && out.len() >= shared::MIN_BYTES
+        {
+            let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
+            self.timed("all_gather", || shared.gather(bytes, &counts, out));
+            return Ok(());
+        }
         let mut partition = PartitionMut::new(out, &counts[..], &displs[..]);
         self.timed("all_gather", || {
             self.world.all_gather_varcount_into(bytes, &mut partition)

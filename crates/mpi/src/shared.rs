@@ -1,18 +1,24 @@
-//! Sums through memory the ranks of one host share: the all-reduce of large buffers when every
-//! rank of the run is on this host.
+//! Collectives through memory the ranks of one host share: the sums and gathers of large
+//! buffers when every rank of the run is on this host.
 //!
 //! OpenMPI moves a large message between processes of one host either with a single copy
 //! through the kernel (CMA, `process_vm_readv`, its default) or in fragments through shared
 //! memory; on the virtual machines ember is measured on, its all-reduce of 17 MB takes 2–4 ms,
-//! while one process sums two such arrays in under a millisecond. Here each rank copies a
-//! piece of its buffer into its own slot of an MPI-3 shared window, sums its share of every
-//! slot's piece in rank order into a common result slot (and into its own buffer), and copies
-//! the other ranks' shares of the result back: the buffer crosses memory about three times,
-//! with two barriers per piece.
+//! while one process sums two such arrays in under a millisecond. Here the ranks share an
+//! MPI-3 window of one slot per rank and a result slot, and move a buffer through it a piece
+//! at a time, two barriers per piece:
+//!
+//! - all-reduce (sum): each rank copies a piece of its buffer into its slot, sums its share
+//!   of every slot's piece in rank order into its buffer and the result slot, and copies the
+//!   other ranks' shares of the result back;
+//! - reduce-scatter (sum): each rank copies a piece of every rank's part into its slot, and
+//!   each sums its own part's piece of every slot in rank order into its output;
+//! - all-gather: each rank copies a piece of its bytes into its slot, and each copies every
+//!   slot's piece into its output.
 //!
 //! Every element is summed in rank order, `((x₀ + x₁) + x₂) + …`, by exactly one rank, and
-//! every rank copies that one result: the ranks' buffers end bitwise equal, as with
-//! `MPI_Allreduce`.
+//! every rank that needs it copies that one result: the ranks end bitwise equal, as with MPI's
+//! own collectives.
 
 use std::ffi::c_void;
 use std::ops::Range;
@@ -25,17 +31,17 @@ use mpi::traits::*;
 /// Bytes of one rank's slot: the piece of a buffer summed between two barriers.
 const SLOT_BYTES: usize = 1 << 20;
 
-/// Buffers of at least this many bytes are summed through the window; smaller ones by
-/// `MPI_Allreduce`, whose one message beats two barriers.
+/// Buffers of at least this many bytes go through the window; smaller ones through MPI's
+/// collectives, whose one message beats two barriers.
 pub(crate) const MIN_BYTES: usize = 256 << 10;
 
 /// The environment variable that turns the shared window off (`0`), for comparisons and for
 /// hosts whose shared memory misbehaves.
-const SWITCH: &str = "EMBER_MPI_SHARED_SUM";
+const SWITCH: &str = "EMBER_MPI_SHARED_MEMORY";
 
 /// A window of `ranks + 1` slots every rank of this host maps: one per rank for its pieces,
-/// and the result.
-pub(crate) struct SharedSum {
+/// and the result of an all-reduce.
+pub(crate) struct SharedWindow {
     node: SimpleCommunicator,
     win: ffi::MPI_Win,
     /// Slot 0's first byte; slot `r` starts `r · SLOT_BYTES` later, the result slot last.
@@ -44,7 +50,7 @@ pub(crate) struct SharedSum {
     ranks: usize,
 }
 
-impl SharedSum {
+impl SharedWindow {
     /// The window over `world`'s ranks, or `None` when they are not all on this host, there
     /// is only one, [`SWITCH`] is `0` on any rank, or a rank could not map the window. Every
     /// rank of `world` calls this at the same point.
@@ -63,7 +69,7 @@ impl SharedSum {
             (false, Some(shared)) => {
                 tracing::warn!(
                     target: "ember",
-                    "a rank could not map MPI's shared window; large all-reduces go through MPI_Allreduce"
+                    "a rank could not map MPI's shared window; large sums and gathers go through MPI's own collectives"
                 );
                 // Another rank has no window to free it with (MPI_Win_free is collective).
                 std::mem::forget(shared);
@@ -144,6 +150,63 @@ impl SharedSum {
         // after the next call's first barrier, which every rank reaches after its last read.
     }
 
+    /// Sums every rank's `buf` (consecutive parts, rank r's `counts[r]` values long; the same
+    /// `counts` on every rank) and leaves this rank's part of the sum in `out`.
+    pub(crate) fn sum_scatter<T: Summand>(&self, buf: &[T], counts: &[usize], out: &mut [T]) {
+        // Each step moves up to `per_part` values of every part; a slot holds one such piece
+        // of each part, part r's at `r · per_part`.
+        let per_part = SLOT_BYTES / size_of::<T>() / self.ranks;
+        let starts = starts(counts);
+        let own = self.rank * per_part;
+        for step in 0..steps(counts, per_part) {
+            for (r, (&start, &count)) in starts.iter().zip(counts).enumerate() {
+                let part = piece(step, per_part, count);
+                let at = r * per_part;
+                // SAFETY (every slot below): a rank writes only its own slot before the first
+                // barrier, and nothing between the two, where every rank reads; no slice is
+                // held across a barrier.
+                let slot = unsafe { self.slot_mut::<T>(self.rank, at..at + part.len()) };
+                slot.copy_from_slice(&buf[start + part.start..start + part.end]);
+            }
+            self.fenced_barrier();
+            let mine = piece(step, per_part, counts[self.rank]);
+            let len = mine.len();
+            let sums = &mut out[mine];
+            let values = |r| unsafe { self.slot::<T>(r, own..own + len) };
+            sums.iter_mut()
+                .zip(values(0).iter().zip(values(1)))
+                .for_each(|(sum, (&a, &b))| *sum = a + b);
+            for r in 2..self.ranks {
+                sums.iter_mut()
+                    .zip(values(r))
+                    .for_each(|(sum, &x)| *sum = *sum + x);
+            }
+            self.fenced_barrier();
+        }
+    }
+
+    /// Every rank's `bytes` (rank r's `counts[r]` long; the same `counts` on every rank),
+    /// concatenated in rank order into `out`.
+    pub(crate) fn gather(&self, bytes: &[u8], counts: &[usize], out: &mut [u8]) {
+        let starts = starts(counts);
+        let own = starts[self.rank]..starts[self.rank] + bytes.len();
+        out[own].copy_from_slice(bytes);
+        for step in 0..steps(counts, SLOT_BYTES) {
+            let mine = piece(step, SLOT_BYTES, bytes.len());
+            // SAFETY (every slot below): as in `sum_scatter`.
+            unsafe { self.slot_mut::<u8>(self.rank, 0..mine.len()) }.copy_from_slice(&bytes[mine]);
+            self.fenced_barrier();
+            for (r, (&start, &count)) in starts.iter().zip(counts).enumerate() {
+                let theirs = piece(step, SLOT_BYTES, count);
+                if r != self.rank {
+                    let slot = unsafe { self.slot::<u8>(r, 0..theirs.len()) };
+                    out[start + theirs.start..start + theirs.end].copy_from_slice(slot);
+                }
+            }
+            self.fenced_barrier();
+        }
+    }
+
     /// Sums values `share` of every rank's slot in rank order into `own` and the result slot.
     ///
     /// # Safety
@@ -203,7 +266,7 @@ impl SharedSum {
     }
 }
 
-impl Drop for SharedSum {
+impl Drop for SharedWindow {
     /// Frees the window (with every rank of the host, as the run ends).
     fn drop(&mut self) {
         // SAFETY: the window is live; every rank drops its collective at the end of the run.
@@ -212,6 +275,26 @@ impl Drop for SharedSum {
             ffi::MPI_Win_free(&mut self.win);
         }
     }
+}
+
+/// Where each of the consecutive parts of `counts` values starts.
+fn starts(counts: &[usize]) -> Vec<usize> {
+    let ends = counts.iter().scan(0, |end, &c| {
+        *end += c;
+        Some(*end)
+    });
+    std::iter::once(0).chain(ends).take(counts.len()).collect()
+}
+
+/// Steps that move the longest of `counts` parts in pieces of `per_step`.
+fn steps(counts: &[usize], per_step: usize) -> usize {
+    counts.iter().max().map_or(0, |&c| c.div_ceil(per_step))
+}
+
+/// The values of a part of `count` that step `step` moves, pieces of `per_step` (empty once
+/// the part is done).
+fn piece(step: usize, per_step: usize, count: usize) -> Range<usize> {
+    (step * per_step).min(count)..((step + 1) * per_step).min(count)
 }
 
 /// Whether `yes` holds on every rank of `world`.
@@ -238,7 +321,16 @@ fn share(len: usize, rank: usize, ranks: usize) -> (usize, usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::share;
+    use super::{piece, share, starts, steps};
+
+    #[test]
+    fn parts_move_in_pieces_until_the_longest_is_done() {
+        assert_eq!(starts(&[3, 0, 5]), [0, 3, 3]);
+        assert_eq!(steps(&[3, 0, 5], 2), 3);
+        assert_eq!(steps(&[0, 0], 2), 0);
+        let pieces: Vec<_> = (0..3).map(|step| piece(step, 2, 3)).collect();
+        assert_eq!(pieces, [0..2, 2..3, 3..3]);
+    }
 
     #[test]
     fn shares_cover_a_piece_in_rank_order() {

@@ -1,7 +1,9 @@
-//! Large sums between ranks of one host go through a shared memory window: every rank gets
-//! the sum in rank order, bitwise, for any length (pieces of the window and their shares
-//! included), in f32 and f64, with two and three ranks; `EMBER_MPI_SHARED_SUM=0` turns the
-//! window off. This test starts itself under `mpirun`, and each rank runs [`rank_side`].
+//! Large sums and gathers between ranks of one host go through a shared memory window: every
+//! rank gets the sum in rank order, bitwise, for any length (pieces of the window and their
+//! shares included), in f32 and f64, all-reduced or reduce-scattered into parts of any length
+//! (empty ones too), and gathers of bytes come out whole, with two and three ranks;
+//! `EMBER_MPI_SHARED_MEMORY=0` turns the window off. This test starts itself under `mpirun`,
+//! and each rank runs [`rank_side`].
 
 mod common;
 
@@ -11,14 +13,14 @@ use ember_mpi::MpiCollective;
 use ember_plan::collective::{Collective, ReduceOp};
 use ember_plan::{Plan, Precision};
 
-const TEST: &str = "ranks_of_one_host_sum_through_shared_memory";
-const SWITCH: &str = "EMBER_MPI_SHARED_SUM";
+const TEST: &str = "ranks_of_one_host_sum_and_gather_through_shared_memory";
+const SWITCH: &str = "EMBER_MPI_SHARED_MEMORY";
 
 /// f32 values per megabyte piece of the window.
 const PIECE: usize = (1 << 20) / 4;
 
 #[test]
-fn ranks_of_one_host_sum_through_shared_memory() {
+fn ranks_of_one_host_sum_and_gather_through_shared_memory() {
     if let Some((rank, ranks)) = common::rank() {
         rank_side(rank, ranks);
         return;
@@ -29,7 +31,7 @@ fn ranks_of_one_host_sum_through_shared_memory() {
         };
         for rank in 0..ranks {
             let line = format!(
-                "rank {rank} of {ranks}: sums checked (shared: {})",
+                "rank {rank} of {ranks}: collectives checked (shared: {})",
                 switch == "1"
             );
             assert!(stdout.contains(&line), "{line}?\n{stdout}");
@@ -57,7 +59,7 @@ fn rank_side(rank: usize, ranks: usize) {
         ..Plan::local("cpu", Precision::F32True)
     };
     let collective = MpiCollective::join(&plan, Duration::from_secs(60)).expect("MPI joins");
-    let shared = collective.sums_in_shared_memory();
+    let shared = collective.uses_shared_memory();
     assert_eq!(shared, std::env::var(SWITCH).as_deref() != Ok("0"));
 
     // Below the window's threshold, at it, one piece, pieces and a remainder whose shares
@@ -83,10 +85,48 @@ fn rank_side(rank: usize, ranks: usize) {
         let in_order = (1..ranks).fold(value(0, i), |s, r| s + value(r, i));
         assert_eq!(sum.to_bits(), in_order.to_bits(), "f64 value {i}");
     }
+    // Reduce-scatter into parts of several pieces, of different lengths, one of them empty.
+    let counts: Vec<usize> = (0..ranks)
+        .map(|r| (r != 1) as usize * (PIECE + 1000 * r + 3))
+        .collect();
+    let start: usize = counts[..rank].iter().sum();
+    let total: usize = counts.iter().sum();
+    let all: Vec<f32> = (0..total).map(|i| value(rank, i) as f32).collect();
+    let mut part = vec![0.0f32; counts[rank]];
+    collective
+        .reduce_scatter_f32(&all, &counts, &mut part, ReduceOp::Sum)
+        .unwrap();
+    for (j, &sum) in part.iter().enumerate() {
+        let i = start + j;
+        let in_order = (1..ranks).fold(value(0, i) as f32, |s, r| s + value(r, i) as f32);
+        if shared || ranks == 2 {
+            assert_eq!(
+                sum.to_bits(),
+                in_order.to_bits(),
+                "reduce-scatter value {i}"
+            );
+        }
+    }
+
+    // Gather bytes of several pieces, of different lengths, one of them empty.
+    let counts: Vec<usize> = (0..ranks)
+        .map(|r| (r != 1) as usize * ((1 << 20) + 17 * r))
+        .collect();
+    let byte = |r: usize, i: usize| (i * 31 + r * 7) as u8;
+    let mine: Vec<u8> = (0..counts[rank]).map(|i| byte(rank, i)).collect();
+    let mut out = vec![0u8; counts.iter().sum()];
+    collective
+        .all_gather_into(&mine, &counts, &mut out)
+        .unwrap();
+    let whole: Vec<u8> = (0..ranks)
+        .flat_map(|r| (0..counts[r]).map(move |i| byte(r, i)))
+        .collect();
+    assert!(out == whole, "gathered bytes");
+
     // A large maximum is MPI's.
     let mut buf = vec![rank as f32; PIECE];
     collective.all_reduce_f32(&mut buf, ReduceOp::Max).unwrap();
     assert!(buf.iter().all(|&x| x == (ranks - 1) as f32));
     drop(collective);
-    println!("rank {rank} of {ranks}: sums checked (shared: {shared})");
+    println!("rank {rank} of {ranks}: collectives checked (shared: {shared})");
 }
