@@ -5,7 +5,7 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_autodiff::Autodiff;
@@ -95,8 +95,8 @@ impl<B: AutodiffBackend> TrainingModule<B> for Pair<B> {
         Ok(match self.mode {
             0 => one,
             1 | 3 => one.manual(),
-            4 => one.and(AdamConfig::new().init(), b),
-            _ => one.and(AdamConfig::new().init(), b).manual(),
+            4 => one.and(optim::AdamConfig::new().init(), b),
+            _ => one.and(optim::AdamConfig::new().init(), b).manual(),
         })
     }
 

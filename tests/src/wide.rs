@@ -7,7 +7,7 @@
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::{AdamConfig, SgdConfig, momentum::MomentumConfig};
+use burn::optim::{SgdConfig, momentum::MomentumConfig};
 use burn::prelude::*;
 use ember::prelude::*;
 use ember::{metrics, optim};
@@ -256,7 +256,7 @@ wide_app!(
     AdamWide,
     "wide_adam",
     optim::Adam<Self, B>,
-    AdamConfig::new().init()
+    optim::AdamConfig::new().init()
 );
 wide_app!(
     WideSgd,

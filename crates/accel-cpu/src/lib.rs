@@ -3,6 +3,7 @@
 //! On a CPU, `devices` counts processes (ddp runs one per device id); every process uses the
 //! one host device. Why Flex rather than NdArray: `docs/architecture.md` has the measurement.
 
+mod adam;
 mod batch_norm;
 mod fused;
 mod layer_norm;
@@ -82,6 +83,7 @@ impl Accelerator for CpuAccelerator {
     fn install_kernels() {
         ember_core::nn::install_batch_norm::<CpuBackend>(batch_norm::CpuBatchNorm);
         ember_core::nn::install_layer_norm::<CpuBackend>(layer_norm::CpuLayerNorm);
+        ember_core::optim::adam::install_adam::<Flex>(adam::CpuAdam);
     }
 
     fn device_stats(_device: &FlexDevice) -> DeviceStats {

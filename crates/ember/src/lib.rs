@@ -147,8 +147,10 @@ pub mod loggers {
 /// chooses (`--optimizer`, `--lr_scheduler`).
 pub mod optim {
     #[doc(inline)]
+    pub use ember_core::optim::adam::{AdamKernel, AdamStep, install_adam};
+    #[doc(inline)]
     pub use ember_core::optim::{
-        Adam, AdamArgs, AdamConfig, AdamW, AdamWConfig, AnyOptimizer, AnyOptimizerItem,
+        Adam, AdamArgs, AdamConfig, AdamRule, AdamW, AdamWConfig, AnyOptimizer, AnyOptimizerItem,
         AnyOptimizerRecord, AnyScheduler, AnySchedulerRecord, ExactState, OptimizerSections,
         OptimizerSpec, OptimizerState, ParamState, SchedulerKind, SchedulerSpec, Sgd, SgdArgs,
         SgdConfig,

@@ -5,7 +5,6 @@
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
-use burn::optim::AdamConfig;
 use burn::optim::lr_scheduler::exponential::{
     ExponentialLrScheduler, ExponentialLrSchedulerConfig,
 };
@@ -146,7 +145,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for ConvNet<B> {
         let scheduler = ExponentialLrSchedulerConfig::new(config.lr, config.lr_decay)
             .init()
             .map_err(anyhow::Error::msg)?;
-        Ok(Optimizers::new(AdamConfig::new().init(), scheduler).per_epoch())
+        Ok(Optimizers::new(optim::AdamConfig::new().init(), scheduler).per_epoch())
     }
 }
 

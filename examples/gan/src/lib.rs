@@ -7,7 +7,7 @@ mod grid;
 
 use burn::module::AutodiffModule;
 use burn::nn::{LeakyRelu, LeakyReluConfig, Linear, LinearConfig};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::activation::{sigmoid, softplus};
@@ -152,7 +152,7 @@ impl<B: AutodiffBackend> TrainingModule<B> for GanModel<B> {
         if !(config.lr > 0.0 && config.lr.is_finite()) {
             return Err(FlagError::new("--model.lr", config.lr.to_string(), "a number > 0").into());
         }
-        let adam = || AdamConfig::new().with_beta_1(config.beta_1).init();
+        let adam = || optim::AdamConfig::new().with_beta_1(config.beta_1).init();
         Ok(Optimizers::new(adam(), config.lr)
             .and(adam(), config.lr)
             .manual())

@@ -65,12 +65,12 @@ fn table() -> &'static Table {
     TABLE.get_or_init(Table::default)
 }
 
-fn install<K: ?Sized + Send + Sync + 'static>(kernel: Arc<K>) {
+pub(crate) fn install<K: ?Sized + Send + Sync + 'static>(kernel: Arc<K>) {
     let mut table = table().write().unwrap_or_else(|e| e.into_inner());
     table.insert(TypeId::of::<Arc<K>>(), Box::new(kernel));
 }
 
-fn installed<K: ?Sized + Send + Sync + 'static>() -> Option<Arc<K>> {
+pub(crate) fn installed<K: ?Sized + Send + Sync + 'static>() -> Option<Arc<K>> {
     let table = table().read().unwrap_or_else(|e| e.into_inner());
     let kernel = table.get(&TypeId::of::<Arc<K>>())?;
     kernel.downcast_ref::<Arc<K>>().cloned()

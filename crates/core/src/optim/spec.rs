@@ -3,10 +3,11 @@
 //! read into burn's built-in optimizers ([`AnyOptimizer`]; the schedulers are in
 //! `schedulers.rs`).
 
+use super::AdamConfig;
 use burn::module::AutodiffModule;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{AdamConfig, AdamWConfig, SgdConfig};
+use burn::optim::{AdamWConfig, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
