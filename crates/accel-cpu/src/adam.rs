@@ -65,15 +65,10 @@ fn update(p: &mut [f32], a: &mut [f32], b: &mut [f32], g: &[f32], s: &AdamStep, 
     }
 }
 
-/// `t`'s buffer holding exactly its values in order (a copy when `t` is a strided view).
+/// `t`'s buffer holding exactly its values in order: its own when it has one (`t` is dropped,
+/// so a buffer no other tensor holds stays unshared), a copy when `t` is a strided view.
 fn contiguous(t: Tensor<Flex, 1>) -> FlexTensor {
-    let t = t.into_primitive().tensor();
-    let exact = t.bytes().len() == t.layout().num_elements() * size_of::<f32>();
-    if t.is_contiguous() && t.layout().start_offset() == 0 && exact {
-        t
-    } else {
-        t.to_contiguous()
-    }
+    t.into_primitive().tensor().to_contiguous()
 }
 
 /// `n` zeros.

@@ -172,15 +172,9 @@ impl SharedWindow {
             let mine = piece(step, per_part, counts[self.rank]);
             let len = mine.len();
             let sums = &mut out[mine];
-            let values = |r| unsafe { self.slot::<T>(r, own..own + len) };
-            sums.iter_mut()
-                .zip(values(0).iter().zip(values(1)))
-                .for_each(|(sum, (&a, &b))| *sum = a + b);
-            for r in 2..self.ranks {
-                sums.iter_mut()
-                    .zip(values(r))
-                    .for_each(|(sum, &x)| *sum = *sum + x);
-            }
+            add_in_rank_order(sums, self.ranks, |r| unsafe {
+                self.slot::<T>(r, own..own + len)
+            });
             self.fenced_barrier();
         }
     }
@@ -213,23 +207,10 @@ impl SharedWindow {
     /// Every rank has written its slot, and no other rank touches `share` of the result slot.
     unsafe fn sum_share<T: Summand>(&self, own: &mut [T], share: Range<usize>) {
         // SAFETY: the caller's.
-        let slot = |r| unsafe { self.slot::<T>(r, share.clone()) };
-        let result = unsafe { self.slot_mut::<T>(self.ranks, share.clone()) };
-        // The first two ranks' values (there are at least two) in one pass that also writes
-        // the result; any others added after.
-        let (first, second) = (slot(0), slot(1));
-        for (((sum, out), &a), &b) in own.iter_mut().zip(result.iter_mut()).zip(first).zip(second) {
-            *sum = a + b;
-            *out = *sum;
-        }
-        if self.ranks > 2 {
-            for r in 2..self.ranks {
-                own.iter_mut()
-                    .zip(slot(r))
-                    .for_each(|(sum, &x)| *sum = *sum + x);
-            }
-            result.copy_from_slice(own);
-        }
+        add_in_rank_order(own, self.ranks, |r| unsafe {
+            self.slot::<T>(r, share.clone())
+        });
+        unsafe { self.slot_mut::<T>(self.ranks, share) }.copy_from_slice(own);
     }
 
     /// Values `range` of slot `r` (`ranks` is the result slot), to read.
@@ -274,6 +255,22 @@ impl Drop for SharedWindow {
             ffi::MPI_Win_unlock_all(self.win);
             ffi::MPI_Win_free(&mut self.win);
         }
+    }
+}
+
+/// `sums` set to every rank's `values(r)` added in rank order, `((v₀ + v₁) + v₂) + …` (there
+/// are at least two ranks).
+fn add_in_rank_order<'a, T: Summand + 'a>(
+    sums: &mut [T],
+    ranks: usize,
+    values: impl Fn(usize) -> &'a [T],
+) {
+    let pairs = sums.iter_mut().zip(values(0).iter().zip(values(1)));
+    pairs.for_each(|(sum, (&a, &b))| *sum = a + b);
+    for r in 2..ranks {
+        sums.iter_mut()
+            .zip(values(r))
+            .for_each(|(sum, &x)| *sum = *sum + x);
     }
 }
 

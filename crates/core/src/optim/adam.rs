@@ -45,11 +45,9 @@ pub struct AdamConfig {
 impl AdamConfig {
     /// Adam for module `M` on backend `B`.
     pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> super::Adam<M, B> {
-        let rule = AdamRule {
+        let optim = OptimizerAdaptor::from(AdamRule {
             config: self.clone(),
-            burn: self.to_burn().build(),
-        };
-        let optim = OptimizerAdaptor::from(rule);
+        });
         match &self.grad_clipping {
             Some(clipping) => optim.with_grad_clipping(clipping.init()),
             None => optim,
@@ -71,7 +69,6 @@ impl AdamConfig {
 #[derive(Clone)]
 pub struct AdamRule {
     config: AdamConfig,
-    burn: burn::optim::Adam,
 }
 
 /// The numbers one step of Adam uses, as burn computes them (in f32).
@@ -146,7 +143,7 @@ impl<B: Backend> SimpleOptimizer<B> for AdamRule {
         let kernel = installed::<dyn AdamKernel<B>>()
             .filter(|k| !self.config.amsgrad && k.takes(tensor.dtype()));
         let Some(kernel) = kernel else {
-            return self.burn.step(lr, tensor, grad, state);
+            return self.config.to_burn().build().step(lr, tensor, grad, state);
         };
         let dims = tensor.dims();
         let flat = |t: Tensor<B, D>| t.reshape([dims.iter().product::<usize>()]);
