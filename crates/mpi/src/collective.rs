@@ -37,6 +37,7 @@ pub struct MpiCollective {
 impl MpiCollective {
     /// Initialises MPI and checks that its world is the plan's.
     pub fn join(plan: &Plan, timeout: Duration) -> anyhow::Result<Self> {
+        let wanted = shared::wanted()?;
         // Multiple, for the key-value store: any thread of a runtime may use it. The Trainer's
         // collectives stay on the main thread.
         let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
@@ -56,7 +57,9 @@ impl MpiCollective {
         }
         let in_flight: InFlight = Arc::default();
         spawn_watchdog(Arc::clone(&in_flight), rank, timeout);
-        let shared = timed(&in_flight, "shared window", || SharedWindow::new(&world));
+        let shared = timed(&in_flight, "shared window", || {
+            SharedWindow::new(&world, wanted)
+        });
         Ok(Self {
             world,
             in_flight,

@@ -23,6 +23,7 @@
 use std::ffi::c_void;
 use std::ops::Range;
 
+use ember_plan::FlagError;
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
@@ -52,11 +53,10 @@ pub(crate) struct SharedWindow {
 
 impl SharedWindow {
     /// The window over `world`'s ranks, or `None` when they are not all on this host, there
-    /// is only one, [`SWITCH`] is `0` on any rank, or a rank could not map the window. Every
-    /// rank of `world` calls this at the same point.
-    pub(crate) fn new(world: &SimpleCommunicator) -> Option<Self> {
+    /// is only one, `wanted` ([`wanted`]) is false on any rank, or a rank could not map the
+    /// window. Every rank of `world` calls this at the same point.
+    pub(crate) fn new(world: &SimpleCommunicator, wanted: bool) -> Option<Self> {
         let node = world.split_shared(world.rank());
-        let wanted = std::env::var(SWITCH).map_or(true, |v| v != "0");
         let whole_run = node.size() == world.size() && world.size() > 1;
         // The window is made together (MPI_Win_allocate_shared is collective) or not at all.
         if !every_rank(world, wanted && whole_run) {
@@ -294,6 +294,24 @@ fn piece(step: usize, per_step: usize, count: usize) -> Range<usize> {
     (step * per_step).min(count)..((step + 1) * per_step).min(count)
 }
 
+/// Whether this process asks for the shared window: [`SWITCH`] unset or `1` (`0` turns it off).
+pub(crate) fn wanted() -> Result<bool, FlagError> {
+    switch(std::env::var(SWITCH).ok().as_deref())
+}
+
+/// [`SWITCH`]'s value read as [`wanted`] reads it.
+fn switch(value: Option<&str>) -> Result<bool, FlagError> {
+    match value {
+        None | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(other) => Err(FlagError::new(
+            SWITCH,
+            other,
+            "0 turns the shared memory window off; 1 (or leaving it unset) keeps it on",
+        )),
+    }
+}
+
 /// Whether `yes` holds on every rank of `world`.
 fn every_rank(world: &SimpleCommunicator, yes: bool) -> bool {
     let mut all = 0i32;
@@ -318,7 +336,19 @@ fn share(len: usize, rank: usize, ranks: usize) -> (usize, usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{piece, share, starts, steps};
+    use super::{piece, share, starts, steps, switch};
+
+    #[test]
+    fn the_switch_takes_0_and_1_and_names_itself_otherwise() {
+        assert_eq!(switch(None), Ok(true));
+        assert_eq!(switch(Some("1")), Ok(true));
+        assert_eq!(switch(Some("0")), Ok(false));
+        let err = switch(Some("off")).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid EMBER_MPI_SHARED_MEMORY value `off`: 0 turns the shared memory window off; 1 (or leaving it unset) keeps it on"
+        );
+    }
 
     #[test]
     fn parts_move_in_pieces_until_the_longest_is_done() {

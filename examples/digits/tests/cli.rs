@@ -821,3 +821,18 @@ fn testing_on_four_devices_as_one_reports_what_one_device_reports() {
         assert!((a - b).abs() <= 2e-4, "{name}: one device {a}, four {b}");
     }
 }
+
+#[test]
+fn a_bad_shared_memory_switch_exits_2_naming_it() {
+    if !ember_acceptance::mpirun_available() {
+        return;
+    }
+    let args = ["fit", "--trainer.devices=2", "--trainer.max_steps=1"];
+    let out = digits(&args, &[("EMBER_MPI_SHARED_MEMORY", "off")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid EMBER_MPI_SHARED_MEMORY value `off`: 0 turns"),
+        "{stderr}"
+    );
+}

@@ -252,9 +252,10 @@ where
                 let collective = match engine.map(|e| e.join(&plan, timeout)).transpose() {
                     Ok(collective) => collective,
                     Err(e) => {
+                        let (code, message) = exit_code(&e);
                         return CliOutcome::Failed {
-                            code: 1,
-                            message: format!("rank {}: {e:#}", plan.global_rank),
+                            code,
+                            message: format!("rank {}: {message}", plan.global_rank),
                         };
                     }
                 };
@@ -283,10 +284,7 @@ where
                     }
                     Err(e) => {
                         // A flag found wrong only once the data is known is still bad input.
-                        let (code, message): (u8, String) = match e.downcast_ref::<FlagError>() {
-                            Some(flag) => (2, flag.to_string()),
-                            None => (1, format!("{e:#}")),
-                        };
+                        let (code, message) = exit_code(&e);
                         if let Some(collective) = &collective {
                             // The other ranks would wait for this one in their next collective.
                             eprintln!("error: rank {}: {message}", plan.global_rank);
@@ -427,6 +425,15 @@ where
             }))
             .subcommand(plot::command())
             .subcommand(upload::command())
+    }
+}
+
+/// The exit status and message of a failed run: 2 for bad input (a [`FlagError`], even one
+/// found only after the run started), 1 for anything else.
+fn exit_code(e: &anyhow::Error) -> (u8, String) {
+    match e.downcast_ref::<FlagError>() {
+        Some(flag) => (2, flag.to_string()),
+        None => (1, format!("{e:#}")),
     }
 }
 
