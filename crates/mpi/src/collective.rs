@@ -88,7 +88,7 @@ impl MpiCollective {
             && op == ReduceOp::Sum
             && size_of_val(buf) >= shared::MIN_BYTES
         {
-            self.timed("all_reduce", || shared.sum(buf));
+            self.timed("all_reduce", || shared.sum(buf, false));
             return Ok(());
         }
         let count = i32::try_from(buf.len()).context("all_reduce takes at most 2^31 elements")?;
@@ -107,6 +107,21 @@ impl MpiCollective {
             }
         });
         anyhow::ensure!(code == 0, "MPI_Allreduce failed with code {code}");
+        Ok(())
+    }
+
+    /// Replaces `buf` with its mean over the ranks: divided where the shared window copies
+    /// a large sum out, else summed by [`all_reduce`](Self::all_reduce) and divided after.
+    fn all_reduce_mean<T: Equivalence + Summand>(&self, buf: &mut [T]) -> anyhow::Result<()> {
+        if let Some(shared) = &self.shared
+            && size_of_val(buf) >= shared::MIN_BYTES
+        {
+            self.timed("all_reduce", || shared.sum(buf, true));
+            return Ok(());
+        }
+        self.all_reduce(buf, ReduceOp::Sum)?;
+        let ranks = T::count(self.world.size() as usize);
+        buf.iter_mut().for_each(|x| *x = *x / ranks);
         Ok(())
     }
 
@@ -249,6 +264,14 @@ impl Collective for MpiCollective {
 
     fn all_reduce_f64(&self, buf: &mut [f64], op: ReduceOp) -> anyhow::Result<()> {
         self.all_reduce(buf, op)
+    }
+
+    fn all_reduce_mean_f32(&self, buf: &mut [f32]) -> anyhow::Result<()> {
+        self.all_reduce_mean(buf)
+    }
+
+    fn all_reduce_mean_f64(&self, buf: &mut [f64]) -> anyhow::Result<()> {
+        self.all_reduce_mean(buf)
     }
 
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()> {

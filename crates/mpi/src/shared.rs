@@ -8,9 +8,9 @@
 //! MPI-3 window of one slot per rank and a result slot, and move a buffer through it a piece
 //! at a time, two barriers per piece:
 //!
-//! - all-reduce (sum): each rank copies a piece of its buffer into its slot, sums its share
-//!   of every slot's piece in rank order into its buffer and the result slot, and copies the
-//!   other ranks' shares of the result back;
+//! - all-reduce (sum or mean): each rank copies a piece of its buffer into its slot, sums its
+//!   share of every slot's piece in rank order into its buffer (dividing it there for a mean)
+//!   and the result slot, and copies the other ranks' shares of the result back;
 //! - reduce-scatter (sum): each rank copies a piece of every rank's part into its slot, and
 //!   each sums its own part's piece of every slot in rank order into its output;
 //! - all-gather: each rank copies a piece of its bytes into its slot, and each copies every
@@ -128,8 +128,8 @@ impl SharedWindow {
     }
 
     /// Replaces `buf` on every rank with the element-wise sum of every rank's `buf` (the same
-    /// length on every rank).
-    pub(crate) fn sum<T: Summand>(&self, buf: &mut [T]) {
+    /// length on every rank), divided by the number of ranks when `mean` is set.
+    pub(crate) fn sum<T: Summand>(&self, buf: &mut [T], mean: bool) {
         let per_slot = SLOT_BYTES / size_of::<T>();
         for piece in buf.chunks_mut(per_slot) {
             let len = piece.len();
@@ -140,7 +140,7 @@ impl SharedWindow {
             // barrier, where other ranks change the memory.
             unsafe { self.slot_mut::<T>(self.rank, 0..len) }.copy_from_slice(piece);
             self.fenced_barrier();
-            unsafe { self.sum_share(&mut piece[lo..hi], lo..hi) };
+            unsafe { self.sum_share(&mut piece[lo..hi], lo..hi, mean) };
             self.fenced_barrier();
             piece[..lo].copy_from_slice(unsafe { self.slot::<T>(self.ranks, 0..lo) });
             piece[hi..].copy_from_slice(unsafe { self.slot::<T>(self.ranks, hi..len) });
@@ -201,15 +201,20 @@ impl SharedWindow {
         }
     }
 
-    /// Sums values `share` of every rank's slot in rank order into `own` and the result slot.
+    /// Sums values `share` of every rank's slot in rank order into `own` (divided by the
+    /// number of ranks for a `mean`) and the result slot.
     ///
     /// # Safety
     /// Every rank has written its slot, and no other rank touches `share` of the result slot.
-    unsafe fn sum_share<T: Summand>(&self, own: &mut [T], share: Range<usize>) {
+    unsafe fn sum_share<T: Summand>(&self, own: &mut [T], share: Range<usize>, mean: bool) {
         // SAFETY: the caller's.
         add_in_rank_order(own, self.ranks, |r| unsafe {
             self.slot::<T>(r, share.clone())
         });
+        if mean {
+            let ranks = T::count(self.ranks);
+            own.iter_mut().for_each(|x| *x = *x / ranks);
+        }
         unsafe { self.slot_mut::<T>(self.ranks, share) }.copy_from_slice(own);
     }
 
@@ -323,10 +328,23 @@ fn every_rank(world: &SimpleCommunicator, yes: bool) -> bool {
     all == 1
 }
 
-/// The element types summed through the window.
-pub(crate) trait Summand: Copy + std::ops::Add<Output = Self> {}
-impl Summand for f32 {}
-impl Summand for f64 {}
+/// The element types summed (and averaged) through the window.
+pub(crate) trait Summand:
+    Copy + std::ops::Add<Output = Self> + std::ops::Div<Output = Self>
+{
+    /// `n` in this type.
+    fn count(n: usize) -> Self;
+}
+impl Summand for f32 {
+    fn count(n: usize) -> Self {
+        n as f32
+    }
+}
+impl Summand for f64 {
+    fn count(n: usize) -> Self {
+        n as f64
+    }
+}
 
 /// Rank `rank`'s share of `len` values among `ranks`: `lo..hi`, the shares in rank order.
 fn share(len: usize, rank: usize, ranks: usize) -> (usize, usize) {

@@ -1,9 +1,9 @@
 //! Large sums and gathers between ranks of one host go through a shared memory window: every
 //! rank gets the sum in rank order, bitwise, for any length (pieces of the window and their
-//! shares included), in f32 and f64, all-reduced or reduce-scattered into parts of any length
-//! (empty ones too), and gathers of bytes come out whole, with two and three ranks;
-//! `EMBER_MPI_SHARED_MEMORY=0` turns the window off. This test starts itself under `mpirun`,
-//! and each rank runs [`rank_side`].
+//! shares included), in f32 and f64, all-reduced (summed or averaged) or reduce-scattered
+//! into parts of any length (empty ones too), and gathers of bytes come out whole, with two
+//! and three ranks; `EMBER_MPI_SHARED_MEMORY=0` turns the window off. This test starts itself
+//! under `mpirun`, and each rank runs [`rank_side`].
 
 mod common;
 
@@ -84,6 +84,28 @@ fn rank_side(rank: usize, ranks: usize) {
     for (i, &sum) in buf.iter().enumerate() {
         let in_order = (1..ranks).fold(value(0, i), |s, r| s + value(r, i));
         assert_eq!(sum.to_bits(), in_order.to_bits(), "f64 value {i}");
+    }
+    // A mean is bitwise the sum divided by the ranks, whether the window divides (large
+    // buffers) or MPI's sum is divided after (small ones).
+    for len in [10, 2 * PIECE + 5] {
+        let mine = |rank| {
+            (0..len)
+                .map(|i| value(rank, i) as f32)
+                .collect::<Vec<f32>>()
+        };
+        let (mut mean, mut sum) = (mine(rank), mine(rank));
+        collective.all_reduce_mean_f32(&mut mean).unwrap();
+        collective.all_reduce_f32(&mut sum, ReduceOp::Sum).unwrap();
+        let wrong = (0..len).filter(|&i| mean[i].to_bits() != (sum[i] / ranks as f32).to_bits());
+        assert_eq!(wrong.count(), 0, "f32 mean of {len} values, {ranks} ranks");
+        let mut mean: Vec<f64> = (0..len).map(|i| value(rank, i)).collect();
+        collective.all_reduce_mean_f64(&mut mean).unwrap();
+        let in_order = |i| (1..ranks).fold(value(0, i), |s, r| s + value(r, i));
+        let wrong =
+            (0..len).filter(|&i| mean[i].to_bits() != (in_order(i) / ranks as f64).to_bits());
+        if len * 8 >= 256 << 10 && shared || ranks == 2 {
+            assert_eq!(wrong.count(), 0, "f64 mean of {len} values, {ranks} ranks");
+        }
     }
     // Reduce-scatter into parts of several pieces, of different lengths, one of them empty.
     let counts: Vec<usize> = (0..ranks)

@@ -48,6 +48,24 @@ pub trait Collective {
     /// Combines `buf` element-wise across ranks; every rank gets the result.
     fn all_reduce_f64(&self, buf: &mut [f64], op: ReduceOp) -> anyhow::Result<()>;
 
+    /// Replaces `buf` on every rank with the element-wise mean over the ranks: bitwise the sum
+    /// [`all_reduce_f32`](Self::all_reduce_f32) gives, divided by the world size. The default
+    /// divides in a pass of its own; a collective whose sum ends in copies divides in them.
+    fn all_reduce_mean_f32(&self, buf: &mut [f32]) -> anyhow::Result<()> {
+        self.all_reduce_f32(buf, ReduceOp::Sum)?;
+        let ranks = self.world_size() as f32;
+        buf.iter_mut().for_each(|x| *x /= ranks);
+        Ok(())
+    }
+
+    /// [`all_reduce_mean_f32`](Self::all_reduce_mean_f32) in f64.
+    fn all_reduce_mean_f64(&self, buf: &mut [f64]) -> anyhow::Result<()> {
+        self.all_reduce_f64(buf, ReduceOp::Sum)?;
+        let ranks = self.world_size() as f64;
+        buf.iter_mut().for_each(|x| *x /= ranks);
+        Ok(())
+    }
+
     /// Replaces `buf` on every rank with rank `root`'s bytes (lengths may differ before).
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()>;
 

@@ -44,7 +44,7 @@ impl Ddp {
     /// Averages every gradient over the ranks, bucket by bucket (f64 gradients in f64, every
     /// other float type in f32). Each bucket is copied once into a reused host buffer,
     /// all-reduced, and divided by the world size on its way back into the gradients' own
-    /// buffers.
+    /// buffers; a large gradient is averaged where it lies, by the collective's mean.
     pub fn average_gradients(&self, grads: &mut dyn Gradients) -> anyhow::Result<()> {
         let started = Instant::now();
         let mut taken = grads.take_host();
@@ -86,10 +86,9 @@ impl Ddp {
         for i in alone {
             let own = own_values::<E>(&mut taken[i].1)?;
             let reducing = Instant::now();
-            E::sum(self.collective(), own)?;
+            E::mean(self.collective(), own)?;
             waited += reducing.elapsed();
             bytes += std::mem::size_of_val(own);
-            own.iter_mut().for_each(|g| *g = *g / n);
         }
         let mut flat = scratch.borrow_mut();
         let cap = self.parts.bucket_cap_bytes;

@@ -51,6 +51,8 @@ enum Op {
     Barrier,
     AllReduceF32(ReduceOp),
     AllReduceF64(ReduceOp),
+    AllReduceMeanF32,
+    AllReduceMeanF64,
     Broadcast { root: u64 },
     AllGather,
     ReduceScatterF32(ReduceOp),
@@ -84,6 +86,8 @@ impl Op {
             Op::AllGatherInto => 3,
             Op::KeyValueStore => 4,
             Op::Device => 5,
+            Op::AllReduceMeanF32 => 6,
+            Op::AllReduceMeanF64 => 7,
         }
     }
 
@@ -99,6 +103,8 @@ impl Op {
             3 => Op::AllGatherInto,
             4 => Op::KeyValueStore,
             5 => Op::Device,
+            6 => Op::AllReduceMeanF32,
+            7 => Op::AllReduceMeanF64,
             10..=12 => Op::AllReduceF32(reduce(code - 10)?),
             20..=22 => Op::AllReduceF64(reduce(code - 20)?),
             30..=32 => Op::ReduceScatterF32(reduce(code - 30)?),
@@ -138,6 +144,8 @@ impl Call {
             Op::Barrier => "barrier".to_owned(),
             Op::AllReduceF32(r) => format!("all_reduce_f32 ({}) of {} values", reduce(r), self.len),
             Op::AllReduceF64(r) => format!("all_reduce_f64 ({}) of {} values", reduce(r), self.len),
+            Op::AllReduceMeanF32 => format!("all_reduce_mean_f32 of {} values", self.len),
+            Op::AllReduceMeanF64 => format!("all_reduce_mean_f64 of {} values", self.len),
             Op::Broadcast { root } => format!("broadcast from rank {root}"),
             Op::AllGather => "all_gather".to_owned(),
             Op::ReduceScatterF32(r) => {
@@ -243,6 +251,16 @@ impl Collective for Lockstep {
     fn all_reduce_f64(&self, buf: &mut [f64], op: ReduceOp) -> anyhow::Result<()> {
         self.check(Op::AllReduceF64(op), buf.len())?;
         self.inner.all_reduce_f64(buf, op)
+    }
+
+    fn all_reduce_mean_f32(&self, buf: &mut [f32]) -> anyhow::Result<()> {
+        self.check(Op::AllReduceMeanF32, buf.len())?;
+        self.inner.all_reduce_mean_f32(buf)
+    }
+
+    fn all_reduce_mean_f64(&self, buf: &mut [f64]) -> anyhow::Result<()> {
+        self.check(Op::AllReduceMeanF64, buf.len())?;
+        self.inner.all_reduce_mean_f64(buf)
     }
 
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> anyhow::Result<()> {

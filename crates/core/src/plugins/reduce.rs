@@ -14,6 +14,8 @@ pub(crate) trait Wire: burn::tensor::Element + std::ops::Div<Output = Self> {
     fn append(data: &TensorData, flat: &mut Vec<Self>) -> anyhow::Result<()>;
     /// Sums `buf` over the ranks.
     fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()>;
+    /// Averages `buf` over the ranks (bitwise its sum divided by their number).
+    fn mean(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()>;
     /// Sums `buf` over the ranks, each rank receiving its part (`counts`) in `out`.
     fn sum_scatter(
         collective: &dyn Collective,
@@ -37,6 +39,9 @@ impl Wire for f32 {
     fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
         collective.all_reduce_f32(buf, ReduceOp::Sum)
     }
+    fn mean(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
+        collective.all_reduce_mean_f32(buf)
+    }
     fn sum_scatter(
         collective: &dyn Collective,
         buf: &[Self],
@@ -57,6 +62,9 @@ impl Wire for f64 {
     }
     fn sum(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
         collective.all_reduce_f64(buf, ReduceOp::Sum)
+    }
+    fn mean(collective: &dyn Collective, buf: &mut [Self]) -> anyhow::Result<()> {
+        collective.all_reduce_mean_f64(buf)
     }
     fn sum_scatter(
         collective: &dyn Collective,

@@ -132,6 +132,8 @@ fn every_operation_survives_its_record() {
         Op::Barrier,
         Op::AllReduceF32(ReduceOp::Min),
         Op::AllReduceF64(ReduceOp::Sum),
+        Op::AllReduceMeanF32,
+        Op::AllReduceMeanF64,
         Op::Broadcast { root: 7 },
         Op::AllGather,
         Op::ReduceScatterF32(ReduceOp::Max),
