@@ -50,7 +50,7 @@ pub trait Collective {
 
     /// Replaces `buf` on every rank with the element-wise mean over the ranks: bitwise the sum
     /// [`all_reduce_f32`](Self::all_reduce_f32) gives, divided by the world size. The default
-    /// divides in a pass of its own; a collective whose sum ends in copies divides in them.
+    /// divides in a pass of its own; a collective may divide each value as it sums it.
     fn all_reduce_mean_f32(&self, buf: &mut [f32]) -> anyhow::Result<()> {
         self.all_reduce_f32(buf, ReduceOp::Sum)?;
         let ranks = self.world_size() as f32;
