@@ -15,6 +15,10 @@ use std::process::Command;
 
 use ember_acceptance::process::run_measured;
 
+#[path = "../../examples/digits/benches/common/rounds.rs"]
+mod rounds;
+use rounds::{median, rounds};
+
 const BATCH: usize = 64;
 const SAMPLES: usize = 2048;
 const RANKS: usize = 2;
@@ -26,19 +30,6 @@ struct Measured {
     state_bytes: u64,
     /// Peak RSS of the largest process, in bytes.
     peak_rss: u64,
-}
-
-/// The first argument that is a number (`cargo xtask bench sharded ROUNDS`), else `default`.
-fn rounds(default: usize) -> usize {
-    std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn measure(strategy: &str) -> anyhow::Result<Measured> {

@@ -32,6 +32,11 @@ use ember_core::plugins::dtype;
 
 #[path = "common/cpu_peak.rs"]
 mod cpu_peak;
+// Only its median: clap parses this bench's rounds.
+#[allow(dead_code)]
+#[path = "common/rounds.rs"]
+mod rounds;
+use rounds::median;
 
 const CHILD: &str = "EMBER_BENCH_PRECISION";
 const WARMUP_STEPS: u64 = 3;
@@ -104,11 +109,6 @@ impl Workload {
             self.steps
         )
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Trains `steps` steps of the workload at `precision` on device 0; returns the wall seconds

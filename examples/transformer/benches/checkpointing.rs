@@ -28,6 +28,10 @@ use transformer::{CharLm, TokenBatch};
 use ember::{App, AppJob, AppOutput, Cli, CliOutcome};
 use transformer::CharLmApp;
 
+#[path = "../../digits/benches/common/rounds.rs"]
+mod rounds;
+use rounds::{median, rounds};
+
 /// Optimizer steps each fit takes.
 const STEPS: u64 = 13;
 
@@ -94,11 +98,6 @@ fn peak_rss_mib() -> f64 {
     kib.map_or(f64::NAN, |k| k / 1024.0)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if let Some(setting) = args
@@ -117,11 +116,7 @@ fn main() -> anyhow::Result<()> {
         println!("{rate} {}", peak_rss_mib());
         return Ok(());
     }
-    let rounds: usize = args
-        .iter()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(3);
+    let rounds = rounds(3);
     let exe = std::env::current_exe()?;
     let mut results: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
     for round in 0..rounds {

@@ -24,8 +24,9 @@
 //! sanity check included), measured inside each process the same way; wall time and peak RSS
 //! are the whole process's, start-up included; the metric is val_acc (MLP, CNN, ResNet) or
 //! val_loss (transformers). The two large models also get their FLOPs per training step from
-//! their layer shapes and each contender's share of this machine's peak, measured by a GEMM
-//! probe on the same threads. The last line gives the bare setting's ratios (medians, and the
+//! their layer shapes and each contender's share of this machine's peak: the best of GEMM
+//! probes on the same threads, one before every round (a shared VM's cores change speed over
+//! seconds). The last line gives the bare setting's ratios (medians, and the
 //! lowest round's where rounds swing):
 //! `ember(cpu)/Lightning: mlp X.XXx, cnn X.XXx (min Y.YYx), transformer X.XXx (min Y.YYx),
 //! resnet X.XXx, transformer-l X.XXx; peak share resnet ember A% torch B%, transformer-l ember
@@ -53,6 +54,7 @@ use std::process::Command;
 use contest::{python, run_contender};
 use convnet::ConvConfig;
 use digits::train::DataConfig;
+use peak::Probes;
 use rounds::{median, rounds};
 
 const THREADS: &str = "2";
@@ -303,17 +305,20 @@ fn measure(name: &str, model: Model, data: &Path, setting: Setting) -> anyhow::R
     })
 }
 
-/// Runs every contender on `model` in `setting` `rounds` times, rotating which goes first;
-/// prints every round and the table, and returns each contender's train steps/s per round.
+/// Runs every contender on `model` in `setting` `rounds` times, rotating which goes first,
+/// with a GEMM probe before each round; prints every round and the table, and returns each
+/// contender's train steps/s per round.
 fn compare(
     names: &[&str],
     model: Model,
     data: &Path,
     setting: Setting,
     rounds: usize,
+    probes: &mut Probes,
 ) -> anyhow::Result<Vec<Vec<f64>>> {
     let mut runs: Vec<Vec<Run>> = names.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
+        probes.probe(THREADS.parse()?);
         for k in 0..names.len() {
             let i = (round + k) % names.len();
             let run = measure(names[i], model, data, setting)?;
@@ -363,12 +368,17 @@ fn ratio(per_round: &[Vec<f64>]) -> (f64, f64) {
 
 /// Prints each contender's FLOP/s and share of `peak` on `model`; returns ember's and the
 /// torch loop's shares in percent.
-fn peak_shares(names: &[&str], per_round: &[Vec<f64>], flops: f64, peak: f64) -> (f64, f64) {
+fn peak_shares(
+    model: Model,
+    names: &[&str],
+    per_round: &[Vec<f64>],
+    flops: f64,
+    peak: f64,
+) -> (f64, f64) {
     println!(
-        "{:.1} GFLOP per training step (forward multiply-adds x 2 x 3); \
-         this machine's GEMM peak on {THREADS} threads: {:.0} GFLOP/s",
+        "\n{}: {:.1} GFLOP per training step (forward multiply-adds x 2 x 3)",
+        model.name(),
         flops / 1e9,
-        peak / 1e9
     );
     let share = |steps: &Vec<f64>| 100.0 * flops * median(steps.clone()) / peak;
     for (name, steps) in names.iter().zip(per_round) {
@@ -408,8 +418,8 @@ fn main() -> anyhow::Result<()> {
     for name in contenders(Setting::Bare) {
         measure(name, warm, data.path(), Setting::Bare)?;
     }
-    let peak = peak::gemm_peak(THREADS.parse()?);
-    let (mut defaults, mut bare, mut shares) = (Vec::new(), Vec::new(), Vec::new());
+    let mut probes = Probes::default();
+    let (mut defaults, mut bare, mut measured) = (Vec::new(), Vec::new(), Vec::new());
     for model in models {
         for setting in [Setting::Defaults, Setting::Bare] {
             println!(
@@ -419,7 +429,7 @@ fn main() -> anyhow::Result<()> {
                 model.epochs
             );
             let names = contenders(setting);
-            let per_round = compare(&names, model, data.path(), setting, rounds)?;
+            let per_round = compare(&names, model, data.path(), setting, rounds, &mut probes)?;
             let (median_ratio, min) = ratio(&per_round);
             let shown = match (setting, model.kind) {
                 (Setting::Bare, Kind::Cnn | Kind::Transformer) => {
@@ -433,13 +443,27 @@ fn main() -> anyhow::Result<()> {
             }
             bare.push(shown);
             if let Some(flops) = model.flops_per_step() {
-                let (ember, torch) = peak_shares(&names, &per_round, flops, peak);
-                shares.push(format!(
-                    "{} ember {ember:.0}% torch {torch:.0}%",
-                    model.name()
-                ));
+                measured.push((model, names, per_round, flops));
             }
         }
+    }
+    // The shares are read against the best probe of the whole run, so they are printed last.
+    let mut shares = Vec::new();
+    if !measured.is_empty() {
+        println!(
+            "\nthis machine's GEMM peak on {THREADS} threads: {:.0} GFLOP/s \
+             (the best of {} probes, one before each round; the lowest {:.0})",
+            probes.peak() / 1e9,
+            probes.count(),
+            probes.lowest() / 1e9
+        );
+    }
+    for (model, names, per_round, flops) in measured {
+        let (ember, torch) = peak_shares(model, &names, &per_round, flops, probes.peak());
+        shares.push(format!(
+            "{} ember {ember:.0}% torch {torch:.0}%",
+            model.name()
+        ));
     }
     println!("\ndefaults: ember(cpu)/Lightning: {}", defaults.join(", "));
     let shares = if shares.is_empty() {

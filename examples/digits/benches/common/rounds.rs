@@ -8,8 +8,14 @@ pub fn rounds(default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// The median of `v` (the upper one of an even count).
+/// The median of `v`: of an even count, the mean of the two middle values (so that two rounds
+/// give their mean, not the better one).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let middle = v.len() / 2;
+    if v.len().is_multiple_of(2) {
+        (v[middle - 1] + v[middle]) / 2.0
+    } else {
+        v[middle]
+    }
 }
