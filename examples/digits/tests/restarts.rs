@@ -21,7 +21,7 @@ use digits::model::{DigitsModel, ModelConfig};
 use ember::checkpoint::Checkpoint;
 use ember_acceptance::mpirun_available;
 use ember_acceptance::process::{
-    QUIET, in_a_fake_slurm_job, quiet, ranks_of, scontrol_asked, signal_at_line,
+    QUIET, in_a_fake_slurm_job, quiet, ranks_of, ranks_turn, scontrol_asked, signal_at_line,
 };
 use ember_acceptance::resume::float_bytes;
 
@@ -85,6 +85,7 @@ fn a_killed_rank_restarts_the_run_from_its_last_checkpoint_and_it_ends_bitwise_u
     if !mpirun_available() {
         return;
     }
+    let _turn = ranks_turn();
     let whole = tempfile::tempdir().unwrap();
     let out = digits(whole.path(), &[SHORT]).output().unwrap();
     assert!(
@@ -143,6 +144,7 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
     if !mpirun_available() {
         return;
     }
+    let _turn = ranks_turn();
     // 24000 steps, about a minute: longer than SLURM takes to send the signal (10 to 40 s after
     // the first start here with a one-minute limit signalled 20 s before its end; not sooner,
     // so that the ranks are training when it comes). Once requeued, the script gives the job
@@ -270,6 +272,7 @@ fn a_restart_with_fewer_ranks_continues_from_the_same_checkpoint() {
     if !mpirun_available() {
         return;
     }
+    let _turn = ranks_turn();
     // 1437 training samples in batches of 64: 23 batches an epoch in one process, 12 on each
     // of two ranks.
     let dir = tempfile::tempdir().unwrap();
