@@ -148,9 +148,10 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
     // 24000 steps, about a minute with AVX-512 (about five on a 2-core VM with AVX2 only, which
     // makes this the longest test there): longer than SLURM takes to send the signal (10 to
     // 40 s after the first start here with a one-minute limit signalled 20 s before its end;
-    // not sooner, so that the ranks are training when it comes). Once requeued, the script gives the job
-    // ten minutes, so the resumed run trains to the end. The job launches its step again when
-    // one ends before the last checkpoint exists (srun can fail to launch a step under load).
+    // not sooner, so that the ranks are training when it comes). Once requeued, the script
+    // gives the job ten minutes, so the resumed run trains to the end. The job launches its
+    // step again when one ends before the last checkpoint exists (srun can fail to launch a
+    // step under load).
     let long = "--trainer.max_epochs=2000";
     let last = "lightning_logs/*/checkpoints/epoch=1999-step=24000.ckpt";
     let dir = tempfile::tempdir().unwrap();
