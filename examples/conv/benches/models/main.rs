@@ -448,7 +448,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
     // The shares are read against the best probe of the whole run, so they are printed last.
-    let mut shares = Vec::new();
     if !measured.is_empty() {
         println!(
             "\nthis machine's GEMM peak on {THREADS} threads: {:.0} GFLOP/s \
@@ -458,13 +457,12 @@ fn main() -> anyhow::Result<()> {
             probes.lowest() / 1e9
         );
     }
-    for (model, names, per_round, flops) in measured {
-        let (ember, torch) = peak_shares(model, &names, &per_round, flops, probes.peak());
-        shares.push(format!(
-            "{} ember {ember:.0}% torch {torch:.0}%",
-            model.name()
-        ));
-    }
+    let shares: Vec<String> = (measured.into_iter())
+        .map(|(model, names, per_round, flops)| {
+            let (ember, torch) = peak_shares(model, &names, &per_round, flops, probes.peak());
+            format!("{} ember {ember:.0}% torch {torch:.0}%", model.name())
+        })
+        .collect();
     println!("\ndefaults: ember(cpu)/Lightning: {}", defaults.join(", "));
     let shares = if shares.is_empty() {
         String::new()
