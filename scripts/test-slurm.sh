@@ -10,11 +10,13 @@
 # been requeued (so the run it resumes is signalled once, and is not started over and over:
 # each start is a chance for srun's step launch to fail under load), waits until the job has
 # ended, and prints the job's output, then `requeued N times` and its final state. With
-# `--until PATTERN` after SECONDS, the job's script launches the step again (at most 4 times in
-# one start) while no file matches PATTERN (a glob without spaces, relative to the current
-# directory) after the step ends: under load, srun can fail to launch a step, or a step can end without having
-# run, and the job would end there. The job's state over time goes to stderr when it did not
-# complete.
+# `--until PATTERN` after SECONDS (a glob without spaces, relative to the current directory),
+# the job ends at the first file matching PATTERN that the requeued start writes: the script
+# stops the job's step then (SIGTERM) and prints `reached FILE`, so that a long run is
+# signalled, requeued and resumed without training to its end. The job's script also launches
+# the step again (at most 4 times in one start) when it ends before that: under load, srun can
+# fail to launch a step, or a step can end without having run, and the job would end there.
+# The job's state over time goes to stderr when it did not complete.
 # Needs root and Debian's slurm-wlm (scripts/setup.sh installs it). Exits 77 (skip) when the
 # cluster cannot start; otherwise with srun's status (with --requeue: 0 when the job completed).
 set -euo pipefail
@@ -127,28 +129,43 @@ fi
 # 22.05 looks at time limits every 30 s and, with SECONDS of 20, signalled each start 10 to 40 s
 # after it began (a requeued job starts afresh). A signal that comes before the program has
 # started training ends it (no handler is installed yet): SECONDS of 20 leaves it 10 s.
-# The job's script: the step, launched again while nothing matches --until (a requeue the
-# program asks for ends this script during the pause before a relaunch).
+# The job's script: the step, launched again until a requeued start has written a file that
+# matches --until (a requeue the program asks for ends this script during the pause before a
+# relaunch). The loop below touches $dir/requeued when it sees the requeue.
 step="srun --mpi=pmix $(printf '%q ' "$@")"
 if [ -n "$until" ]; then
-    # sbatch --wrap runs sh: the glob is tested with a for loop (PATTERN holds no spaces).
+    # sbatch --wrap runs sh: the glob is tested with a for loop (PATTERN holds no spaces), a
+    # file's age against the requeue's mark (dash's test has -nt).
     step="for n in 1 2 3 4; do
     $step; status=\$?
-    for f in $until; do [ -e \"\$f\" ] && exit 0; done
-    echo \"test-slurm: the step ended with status \$status before $until existed (launch \$n of 4)\"
+    for f in $until; do [ -e $dir/requeued ] && [ \"\$f\" -nt $dir/requeued ] && exit 0; done
+    echo \"test-slurm: the step ended with status \$status before a requeued start wrote $until (launch \$n of 4)\"
     sleep 3
 done
 exit 1"
 fi
 job=$(sbatch --parsable --ntasks=2 --time=1 --signal=USR1@"$requeue" --open-mode=append \
     --output="$dir/job.out" --wrap "$step")
-lifted=
+lifted= reached=
 for _ in $(seq 1200); do
     info=$(scontrol show job "$job")
     state=$(sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' <<<"$info")
     restarts=$(sed -n 's/.*Restarts=\([0-9]*\).*/\1/p' <<<"$info")
     if [ -z "$lifted" ] && [ "${restarts:-0}" -ge 1 ]; then
         scontrol update JobId="$job" TimeLimit=10 && lifted=1
+        # What matches --until from now on, the requeued start wrote.
+        touch "$dir/requeued"
+    fi
+    if [ -n "$lifted" ] && [ -n "$until" ] && [ -z "$reached" ]; then
+        for f in $until; do
+            if [ "$f" -nt "$dir/requeued" ]; then
+                reached=$f
+                # The step's tasks only (scancel sends other signals than KILL to no batch
+                # script): the program stops, and the job's script sees the file and completes.
+                scancel --quiet --signal=TERM "$job" || true
+                break
+            fi
+        done
     fi
     echo "$(date +%T) $(grep -o 'JobState=[^ ]*\|Reason=[^ ]*\|Restarts=[^ ]*' <<<"$info" | tr '\n' ' ')" >>"$dir/trace"
     case "$state" in
@@ -162,6 +179,7 @@ for _ in $(seq 1200); do
     sleep 0.5
 done
 cat "$dir/job.out"
+[ -z "$reached" ] || echo "reached $reached"
 restarts=$(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
 echo "requeued ${restarts:-0} times"
 echo "job $job ended: ${state:-unknown}"

@@ -145,28 +145,26 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
         return;
     }
     let _turn = ranks_turn();
-    // 24000 steps, about a minute with AVX-512 (about five on a 2-core VM with AVX2 only, which
-    // makes this the longest test there): longer than SLURM takes to send the signal (10 to
+    // 2000 epochs of 12 steps, longer than SLURM takes to send the signal on any host (10 to
     // 40 s after the first start here with a one-minute limit signalled 20 s before its end;
     // not sooner, so that the ranks are training when it comes). Once requeued, the script
-    // gives the job ten minutes, so the resumed run trains to the end. The job launches its
-    // step again when one ends before the last checkpoint exists (srun can fail to launch a
-    // step under load).
-    let long = "--trainer.max_epochs=2000";
-    let last = "lightning_logs/*/checkpoints/epoch=1999-step=24000.ckpt";
+    // gives the job ten minutes and ends it at the first checkpoint the resumed run writes
+    // (every 25 epochs, all kept): that one is compared with an uninterrupted run of as many
+    // epochs, so the test trains about as long as the signal takes, however fast the host.
+    let kept = r#"--trainer.callbacks=[{"class_path": "ModelCheckpoint", "init_args": {"save_top_k": -1, "every_n_epochs": 25}}]"#;
     let dir = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-slurm.sh");
     let out = Command::new(script)
-        .args([
-            "--requeue",
-            "20",
-            "--until",
-            last,
-            env!("CARGO_BIN_EXE_digits"),
-        ])
+        .args(["--requeue", "20", "--until"])
+        .arg("lightning_logs/*/checkpoints/epoch=*.ckpt")
+        .arg(env!("CARGO_BIN_EXE_digits"))
         .args(RUN)
         .args(QUIET)
-        .args([long, "--trainer.ckpt_path=last"])
+        .args([
+            "--trainer.max_epochs=2000",
+            kept,
+            "--trainer.ckpt_path=last",
+        ])
         .current_dir(dir.path())
         .env("EMBER_INVENTORY", "")
         .env("RAYON_NUM_THREADS", "1")
@@ -198,25 +196,54 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
         "{stdout}"
     );
 
+    // The resumed run's first checkpoint, written after the one the signal's stop saved.
+    let reached = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("reached "))
+        .unwrap_or_else(|| {
+            panic!("the job ended before the resumed run saved:\n{stdout}\n{stderr}")
+        });
+    let (epoch, step) = epoch_and_step(reached);
+    let files = checkpoints(dir.path());
+    let stopped = files
+        .iter()
+        .find(|p| p.to_string_lossy().contains("/sigusr1-epoch="))
+        .unwrap_or_else(|| panic!("no checkpoint of the signal's stop among {files:?}"));
+    assert!(
+        epoch_and_step(&stopped.to_string_lossy()).1 < step,
+        "{reached} is not after {stopped:?}"
+    );
+
     let whole = tempfile::tempdir().unwrap();
-    let uninterrupted = digits(whole.path(), &[long]).output().unwrap();
+    let epochs = format!("--trainer.max_epochs={}", epoch + 1);
+    let uninterrupted = digits(whole.path(), &[&epochs, kept]).output().unwrap();
     assert!(
         uninterrupted.status.success(),
         "{}",
         String::from_utf8_lossy(&uninterrupted.stderr)
     );
-    let finished = checkpoints(dir.path())
-        .into_iter()
-        .any(|p| p.ends_with("epoch=1999-step=24000.ckpt"));
     assert!(
-        finished,
-        "the job ended before its last step:\n{stdout}\n{stderr}"
+        weights(&dir.path().join(reached)) == weights(&final_checkpoint(whole.path(), step)),
+        "the requeued job's weights at step {step} differ from the uninterrupted run's"
     );
-    assert!(
-        weights(&final_checkpoint(dir.path(), 24000))
-            == weights(&final_checkpoint(whole.path(), 24000)),
-        "the requeued job's weights differ from the uninterrupted run's"
-    );
+}
+
+/// The epoch and the global step a checkpoint's name (`...epoch=E-step=S.ckpt`) gives.
+fn epoch_and_step(path: &str) -> (u64, u64) {
+    let number = |key: &str| -> u64 {
+        let at = path
+            .rfind(key)
+            .unwrap_or_else(|| panic!("no {key} in {path}"))
+            + key.len();
+        let digits: String = path[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("no number after {key} in {path}"))
+    };
+    (number("epoch="), number("step="))
 }
 
 /// Digits trained in a one-task SLURM job (see [`in_a_fake_slurm_job`]) until `signal` stops
