@@ -20,6 +20,9 @@ use core::ops::Range;
 
 use super::conv_common::add_bias;
 use crate::{FlexTensor, Layout};
+use channels_last::to_channels_last;
+
+mod channels_last;
 
 /// Partial sums of the weight gradient: the batch is cut into at most this many chunks.
 const WEIGHT_GRAD_CHUNKS: usize = 16;
@@ -142,106 +145,6 @@ impl Geometry {
         (0..end)
             .step_by(step)
             .map(move |start| start..(start + step).min(end))
-    }
-}
-
-/// Side of the square blocks [`to_channels_last`] moves one at a time.
-const TRANSPOSE_BLOCK: usize = 16;
-
-/// Writes `[channels, plane]` as `[plane, channels]`, in square blocks so that the rows read
-/// and the rows written stay in cache while a block is moved (a channel at a time, the strided
-/// writes touched a new cache line per element). Full blocks of 4-byte values move through
-/// AVX-512 registers where the CPU has them (16 loads, 64 shuffles and 16 stores a block
-/// instead of 256 loads and stores); bits are moved, never computed.
-fn to_channels_last<T: Copy>(x: &[T], channels: usize, plane: usize, out: &mut [T]) {
-    assert!(x.len() >= channels * plane && out.len() >= channels * plane);
-    #[cfg(all(target_arch = "x86_64", feature = "std"))]
-    let in_registers = size_of::<T>() == 4 && std::is_x86_feature_detected!("avx512f");
-    for c0 in (0..channels).step_by(TRANSPOSE_BLOCK) {
-        let cs = c0..(c0 + TRANSPOSE_BLOCK).min(channels);
-        for p0 in (0..plane).step_by(TRANSPOSE_BLOCK) {
-            #[cfg(all(target_arch = "x86_64", feature = "std"))]
-            if in_registers && cs.len() == TRANSPOSE_BLOCK && p0 + TRANSPOSE_BLOCK <= plane {
-                // SAFETY: the block's 16 rows of 16 values lie inside `x` (rows c0..c0 + 16
-                // from column p0 + 16 ≤ plane) and inside `out` (rows p0..p0 + 16 from column
-                // c0 + 16 ≤ channels), as the assertion above and the loop bounds give; `T` is
-                // 4 bytes of plain data, moved as such; the CPU has AVX-512F.
-                unsafe {
-                    transpose_16x16_avx512(
-                        x.as_ptr().add(c0 * plane + p0).cast(),
-                        plane,
-                        out.as_mut_ptr().add(p0 * channels + c0).cast(),
-                        channels,
-                    );
-                }
-                continue;
-            }
-            for p in p0..(p0 + TRANSPOSE_BLOCK).min(plane) {
-                let to = &mut out[p * channels..][cs.clone()];
-                for (slot, c) in to.iter_mut().zip(cs.clone()) {
-                    *slot = x[c * plane + p];
-                }
-            }
-        }
-    }
-}
-
-/// Moves a 16 × 16 block of 4-byte values: row `r` of `src` (16 values from
-/// `src + r · src_stride`) becomes column `r` of `dst` (`dst + c · dst_stride + r`). Pairs of
-/// rows are interleaved by 32 then 64 bits, which leaves, in each 128-bit lane, four rows of
-/// one column; two rounds of lane shuffles then gather a column's four lanes.
-///
-/// # Safety
-/// The CPU must have AVX-512F, and both blocks must lie inside their buffers.
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-#[target_feature(enable = "avx512f")]
-unsafe fn transpose_16x16_avx512(
-    src: *const f32,
-    src_stride: usize,
-    dst: *mut f32,
-    dst_stride: usize,
-) {
-    use core::arch::x86_64::*;
-    let mut rows = [_mm512_setzero_ps(); 16];
-    for (r, row) in rows.iter_mut().enumerate() {
-        // SAFETY: row `r` of the block is inside `src`'s buffer (the caller's contract).
-        *row = unsafe { _mm512_loadu_ps(src.add(r * src_stride)) };
-    }
-    // Lane k of `pairs[2i]`: rows 2i, 2i + 1 at columns 4k, 4k + 1; of `pairs[2i + 1]`: at
-    // 4k + 2, 4k + 3.
-    let mut pairs = [_mm512_setzero_ps(); 16];
-    for i in 0..8 {
-        pairs[2 * i] = _mm512_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
-        pairs[2 * i + 1] = _mm512_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
-    }
-    // Lane k of `quads[4g + j]`: rows 4g..4g + 4 at column 4k + j.
-    let mut quads = [_mm512_setzero_ps(); 16];
-    for g in 0..4 {
-        let d = |i: usize| _mm512_castps_pd(pairs[4 * g + i]);
-        let lo = |a, b| _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        let hi = |a, b| _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        quads[4 * g] = lo(d(0), d(2));
-        quads[4 * g + 1] = hi(d(0), d(2));
-        quads[4 * g + 2] = lo(d(1), d(3));
-        quads[4 * g + 3] = hi(d(1), d(3));
-    }
-    // Column 4k + j: lane g from lane k of quads[4g + j].
-    for j in 0..4 {
-        let v = |g: usize| quads[4 * g + j];
-        let low01 = _mm512_shuffle_f32x4::<0x44>(v(0), v(1));
-        let high01 = _mm512_shuffle_f32x4::<0xEE>(v(0), v(1));
-        let low23 = _mm512_shuffle_f32x4::<0x44>(v(2), v(3));
-        let high23 = _mm512_shuffle_f32x4::<0xEE>(v(2), v(3));
-        let columns = [
-            _mm512_shuffle_f32x4::<0x88>(low01, low23),
-            _mm512_shuffle_f32x4::<0xDD>(low01, low23),
-            _mm512_shuffle_f32x4::<0x88>(high01, high23),
-            _mm512_shuffle_f32x4::<0xDD>(high01, high23),
-        ];
-        for (k, column) in columns.into_iter().enumerate() {
-            // SAFETY: row 4k + j of the destination block is inside `dst`'s buffer.
-            unsafe { _mm512_storeu_ps(dst.add((4 * k + j) * dst_stride), column) };
-        }
     }
 }
 

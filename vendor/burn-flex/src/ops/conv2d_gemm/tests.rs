@@ -109,17 +109,21 @@ const CASES: [(
 
 #[test]
 fn channels_last_moves_every_value_once() {
-    for (channels, plane) in [(3, 1024), (32, 1024), (64, 256), (17, 35), (1, 5), (48, 40)] {
-        let x = values(channels * plane, 3);
-        let mut out = vec![0.0; x.len()];
-        to_channels_last(&x, channels, plane, &mut out);
-        for c in 0..channels {
-            for p in 0..plane {
-                assert_eq!(
-                    out[p * channels + c],
-                    x[c * plane + p],
-                    "{channels}x{plane}"
-                );
+    use channels_last::{Mover, to_channels_last_by};
+    let movers = [Mover::Scalar, Mover::Avx, Mover::Avx512];
+    for mover in movers.into_iter().filter(|m| m.available()) {
+        for (channels, plane) in [(3, 1024), (32, 1024), (64, 256), (17, 35), (1, 5), (48, 40)] {
+            let x = values(channels * plane, 3);
+            let mut out = vec![0.0; x.len()];
+            to_channels_last_by(mover, &x, channels, plane, &mut out);
+            for c in 0..channels {
+                for p in 0..plane {
+                    assert_eq!(
+                        out[p * channels + c],
+                        x[c * plane + p],
+                        "{mover:?} {channels}x{plane}"
+                    );
+                }
             }
         }
     }
