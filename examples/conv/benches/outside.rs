@@ -90,7 +90,7 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     outside::make_crate(dir.path());
     eprintln!("building the crate outside the workspace (release) ...");
-    let outside_conv = outside::build_release(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let outside_conv = outside::build(dir.path(), "release").unwrap_or_else(|e| panic!("{e}"));
     let conv = Path::new(env!("CARGO_BIN_EXE_conv")).to_path_buf();
     let contenders = [("outside", outside_conv), ("conv", conv)];
     let mut figures = [Vec::new(), Vec::new()];

@@ -14,7 +14,7 @@ fn a_crate_outside_the_workspace_gets_the_fast_cpu_crates_and_trains() {
     // Built as `cargo build` builds it: the release build the guide runs compiles every crate
     // again with optimisations (about ten minutes on a 2-core VM, twice this one's time); what
     // is tested here, which crates cargo picks and that the program trains, is the same.
-    let binary = outside::build_dev(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let binary = outside::build(dir.path(), "dev").unwrap_or_else(|e| panic!("{e}"));
     // Cargo built burn's CPU backend and autodiff from ember's copies and no others.
     let built = outside::packages(dir.path());
     for package in ["ember-burn-flex", "ember-burn-autodiff"] {

@@ -85,19 +85,13 @@ fn cargo(dir: &Path, args: &[&str]) -> Result<String, String> {
     }
 }
 
-/// `cargo build --release` of the crate in `dir`; the path of its binary, or cargo's output
+/// `cargo build --profile PROFILE` of the crate in `dir` (`dev`, cargo's default, nothing
+/// optimised and the quickest build; or `release`); the path of its binary, or cargo's output
 /// when the build fails.
-pub fn build_release(dir: &Path) -> Result<PathBuf, String> {
-    cargo(dir, &["build", "--release", "--quiet"])?;
-    Ok(target_dir().join("release/outside_conv"))
-}
-
-/// `cargo build` of the crate in `dir` (cargo's dev profile, nothing optimised: the quickest
-/// build, about half the release build's time); the path of its binary, or cargo's output
-/// when the build fails.
-pub fn build_dev(dir: &Path) -> Result<PathBuf, String> {
-    cargo(dir, &["build", "--quiet"])?;
-    Ok(target_dir().join("debug/outside_conv"))
+pub fn build(dir: &Path, profile: &str) -> Result<PathBuf, String> {
+    cargo(dir, &["build", "--profile", profile, "--quiet"])?;
+    let out_dir = if profile == "dev" { "debug" } else { profile };
+    Ok(target_dir().join(out_dir).join("outside_conv"))
 }
 
 /// The names of the packages a build of the crate in `dir` compiles for it (`cargo tree`).
