@@ -19,23 +19,16 @@ pub(super) enum Mover {
 impl Mover {
     /// The widest mover this CPU runs for values of `T`.
     pub(super) fn best<T>() -> Self {
-        if size_of::<T>() != 4 {
-            return Self::Scalar;
+        let wide = [Self::Avx512, Self::Avx]
+            .into_iter()
+            .find(|m| m.available());
+        match wide {
+            Some(mover) if size_of::<T>() == 4 => mover,
+            _ => Self::Scalar,
         }
-        #[cfg(all(target_arch = "x86_64", feature = "std"))]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                return Self::Avx512;
-            }
-            if std::is_x86_feature_detected!("avx") {
-                return Self::Avx;
-            }
-        }
-        Self::Scalar
     }
 
-    /// Whether this CPU runs `self` (for the tests, which try every mover it has).
-    #[cfg(test)]
+    /// Whether this CPU runs `self`.
     pub(super) fn available(self) -> bool {
         match self {
             Self::Scalar => true,
