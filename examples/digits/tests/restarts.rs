@@ -203,7 +203,8 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
         .unwrap_or_else(|| {
             panic!("the job ended before the resumed run saved:\n{stdout}\n{stderr}")
         });
-    let (epoch, step) = epoch_and_step(reached);
+    let reached = dir.path().join(reached);
+    let (epoch, step) = position(&reached);
     let files = checkpoints(dir.path());
     let stopped = files
         .iter()
@@ -212,8 +213,8 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
     // The same step only if the signal stopped the run after an epoch's last step and the
     // resumed run then saved that epoch's checkpoint.
     assert!(
-        epoch_and_step(&stopped.to_string_lossy()).1 <= step,
-        "{reached} is before {stopped:?}"
+        position(stopped).1 <= step,
+        "{reached:?} is before {stopped:?}"
     );
 
     let whole = tempfile::tempdir().unwrap();
@@ -225,27 +226,16 @@ fn a_slurm_job_signalled_before_its_time_limit_requeues_itself_and_ends_bitwise_
         String::from_utf8_lossy(&uninterrupted.stderr)
     );
     assert!(
-        weights(&dir.path().join(reached)) == weights(&final_checkpoint(whole.path(), step)),
+        weights(&reached) == weights(&final_checkpoint(whole.path(), step)),
         "the requeued job's weights at step {step} differ from the uninterrupted run's"
     );
 }
 
-/// The epoch and the global step a checkpoint's name (`...epoch=E-step=S.ckpt`) gives.
-fn epoch_and_step(path: &str) -> (u64, u64) {
-    let number = |key: &str| -> u64 {
-        let at = path
-            .rfind(key)
-            .unwrap_or_else(|| panic!("no {key} in {path}"))
-            + key.len();
-        let digits: String = path[at..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits
-            .parse()
-            .unwrap_or_else(|_| panic!("no number after {key} in {path}"))
-    };
-    (number("epoch="), number("step="))
+/// The epoch (0-based) and the global step a checkpoint was written at, from its header.
+fn position(path: &Path) -> (u64, u64) {
+    let bytes = std::fs::read(path).unwrap();
+    let header = Checkpoint::decode(&bytes, path).unwrap().header;
+    (header.epoch, header.global_step)
 }
 
 /// Digits trained in a one-task SLURM job (see [`in_a_fake_slurm_job`]) until `signal` stops
