@@ -1,5 +1,6 @@
 //! 2-D convolution and its weight gradient as one GEMM per batch item and group (a
-//! stride-1 convolution's forward pass runs in [`conv2d_shifted`](super::conv2d_shifted)).
+//! stride-1 convolution's forward pass, and its weight gradient where a group has only a few
+//! input channels, run in [`conv2d_shifted`](super::conv2d_shifted)).
 //!
 //! Each batch item's input is turned channels-last once, unfolded into a matrix of one row per
 //! output position (its patch, kernel position outer and channel inner), and multiplied by the
@@ -194,7 +195,7 @@ pub(super) unsafe fn gemm_on_thread<T: Copy + 'static>(
 /// Each of `blocks` consecutive `[rows, cols]` matrices of `src` transposed to `[cols, rows]`:
 /// the weight's `[c_out, (cpg, k_h · k_w)]` to the patches' `[c_out, (k_h · k_w, cpg)]` order
 /// and back.
-fn transpose_blocks<T: Copy>(
+pub(super) fn transpose_blocks<T: Copy>(
     src: &[T],
     blocks: usize,
     [rows, cols]: [usize; 2],
@@ -352,11 +353,53 @@ where
         "conv2d weight gradient: the output gradient's shape does not match the convolution"
     );
     let (x_data, dy_data): (&[T], &[T]) = (x.storage(), dy.storage());
+    let per_chunk = geo.batch.div_ceil(WEIGHT_GRAD_CHUNKS).max(1);
+    let chunks = geo.batch.div_ceil(per_chunk);
+    let grad_len = geo.c_out * geo.patch();
+    let mut partials = if super::conv2d_shifted::takes_weight_grad(&geo) {
+        super::conv2d_shifted::weight_grad_partials(
+            x_data,
+            dy_data,
+            &geo,
+            [per_chunk, chunks],
+            [zero, one],
+        )
+    } else {
+        weight_grad_partials(x_data, dy_data, &geo, [per_chunk, chunks], [zero, one])
+    };
+    // Add the chunks' sums in order, then put each kernel position's channels back in place.
+    let (total, rest) = partials.split_at_mut(grad_len.min(chunks * grad_len));
+    for partial in rest.chunks(grad_len.max(1)) {
+        for (t, &p) in total.iter_mut().zip(partial) {
+            *t = *t + p;
+        }
+    }
+    let kernel = [geo.k_h * geo.k_w, geo.in_per_group()];
+    let grad = transpose_blocks(total, geo.c_out, kernel, zero);
+    FlexTensor::new(
+        Bytes::from_elems(grad),
+        Layout::contiguous(Shape::from(weight_shape.to_vec())),
+        dtype,
+    )
+}
+
+/// The weight gradient's partial sums, `[chunks, c_out, patch]`, of the convolution of `x`
+/// (`[batch, c_in, in_h, in_w]`) with output gradient `dy` (`[batch, c_out, out_h, out_w]`),
+/// both contiguous: chunk `i` sums items `i · per_chunk` up to the next chunk's first, each
+/// item turned channels-last and unfolded a tile of output rows at a time.
+fn weight_grad_partials<T>(
+    x: &[T],
+    dy: &[T],
+    geo: &Geometry,
+    [per_chunk, chunks]: [usize; 2],
+    [zero, one]: [T; 2],
+) -> Vec<T>
+where
+    T: bytemuck::Pod + Send + Sync + 'static,
+{
     let (positions, patch, opg) = (geo.positions(), geo.patch(), geo.out_per_group());
     let item_in = geo.c_in * geo.in_plane();
     let grad_len = geo.c_out * patch;
-    let per_chunk = geo.batch.div_ceil(WEIGHT_GRAD_CHUNKS).max(1);
-    let chunks = geo.batch.div_ceil(per_chunk);
     let mut partials = vec![zero; chunks * grad_len];
     if grad_len > 0 {
         let scratch = || {
@@ -373,7 +416,7 @@ where
                 let items = chunk * per_chunk..((chunk + 1) * per_chunk).min(geo.batch);
                 for (i, b) in items.enumerate() {
                     to_channels_last(
-                        &x_data[b * item_in..(b + 1) * item_in],
+                        &x[b * item_in..(b + 1) * item_in],
                         geo.c_in,
                         geo.in_plane(),
                         nhwc,
@@ -389,8 +432,7 @@ where
                                     sum[g * opg * patch..].as_mut_ptr(),
                                     [patch as isize, 1],
                                     i > 0 || t > 0,
-                                    dy_data[(b * geo.c_out + g * opg) * positions + first..]
-                                        .as_ptr(),
+                                    dy[(b * geo.c_out + g * opg) * positions + first..].as_ptr(),
                                     [positions as isize, 1],
                                     patches.as_ptr(),
                                     [patch as isize, 1],
@@ -403,20 +445,7 @@ where
             },
         );
     }
-    // Add the chunks' sums in order, then put each kernel position's channels back in place.
-    let (total, rest) = partials.split_at_mut(grad_len.min(chunks * grad_len));
-    for partial in rest.chunks(grad_len.max(1)) {
-        for (t, &p) in total.iter_mut().zip(partial) {
-            *t = *t + p;
-        }
-    }
-    let kernel = [geo.k_h * geo.k_w, geo.in_per_group()];
-    let grad = transpose_blocks(total, geo.c_out, kernel, zero);
-    FlexTensor::new(
-        Bytes::from_elems(grad),
-        Layout::contiguous(Shape::from(weight_shape.to_vec())),
-        dtype,
-    )
+    partials
 }
 
 #[cfg(test)]

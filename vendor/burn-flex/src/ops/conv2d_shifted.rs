@@ -11,6 +11,14 @@
 //! `wp − out_w` extra columns per row are computed and dropped when a tile is copied into the
 //! output planes.
 //!
+//! A group of fewer than [`FEW_CHANNELS`] input channels (an image model's RGB stem) would
+//! give each of those GEMMs an inner dimension of a few values, so that the kernel loads and
+//! stores its output tile for a handful of multiply-adds each time. Such a tile instead copies
+//! its shifted runs into one operand of `k_h · k_w · cpg` rows and runs one GEMM over all of
+//! them. Its weight gradient is built from the same runs: the output gradient spread onto the
+//! padded grid (zero in the extra columns) times those rows, one GEMM per tile whose inner
+//! dimension is the tile's positions.
+//!
 //! The input gradient of a stride-1 convolution is such a convolution too (of the output
 //! gradient by the kernel turned half a turn, channels swapped), so it runs here as well.
 
@@ -22,7 +30,7 @@ use burn_std::{Bytes, Shape};
 use core::mem::MaybeUninit;
 use core::ops::Range;
 
-use super::conv2d_gemm::{Geometry, for_each_chunk, gemm_on_thread};
+use super::conv2d_gemm::{Geometry, for_each_chunk, gemm_on_thread, transpose_blocks};
 use crate::{FlexTensor, Layout};
 
 /// Positions per GEMM are rounded up to a multiple of this (the f32 kernel's vector length),
@@ -31,6 +39,16 @@ const LANES: usize = 16;
 
 /// Output positions (of the padded grid) per tile, about.
 const TILE_POSITIONS: usize = 256;
+
+/// Channel groups narrower than this run one GEMM per tile over unfolded kernel positions
+/// instead of one per kernel position.
+const FEW_CHANNELS: usize = 8;
+
+/// Whether a convolution's weight gradient runs here ([`weight_grad_partials`]): stride 1 and
+/// groups of fewer than [`FEW_CHANNELS`] input channels.
+pub(super) fn takes_weight_grad(geo: &Geometry) -> bool {
+    geo.stride == [1, 1] && geo.in_per_group() < FEW_CHANNELS
+}
 
 /// Where one group of one item lies once padded.
 struct PaddedGrid {
@@ -64,6 +82,59 @@ impl PaddedGrid {
             for (iy, row) in from.chunks_exact(geo.in_w).enumerate() {
                 to[(iy + pad_h) * self.wp + pad_w..][..geo.in_w].copy_from_slice(row);
             }
+        }
+    }
+
+    /// How far the input under kernel position `k` (`ky · k_w + kx`) lies from the output
+    /// position on the padded grid.
+    fn shift(&self, geo: &Geometry, k: usize) -> usize {
+        let (ky, kx) = (k / geo.k_w, k % geo.k_w);
+        ky * geo.dilation[0] * self.wp + kx * geo.dilation[1]
+    }
+
+    /// Copies the `m` positions from `first` under every kernel position of every channel of
+    /// `padded` into the rows of `unfolded` (`[k_h · k_w, cpg, m]`).
+    fn unfold<T: Copy>(
+        &self,
+        geo: &Geometry,
+        padded: &[T],
+        first: usize,
+        m: usize,
+        unfolded: &mut [T],
+    ) {
+        let cpg = geo.in_per_group();
+        for (row, to) in unfolded.chunks_exact_mut(m).take(geo.patch()).enumerate() {
+            let (k, c) = (row / cpg, row % cpg);
+            to.copy_from_slice(&padded[c * self.plane + first + self.shift(geo, k)..][..m]);
+        }
+    }
+
+    /// Copies one group's output gradient `dy_g` (`[opg, out_h, out_w]`) at the output `rows`
+    /// into `spread` (`[opg, m]`) on the padded grid's `wp`-wide rows, zero in the extra
+    /// columns and past the last row.
+    fn spread<T: Copy>(
+        &self,
+        geo: &Geometry,
+        dy_g: &[T],
+        rows: Range<usize>,
+        m: usize,
+        zero: T,
+        spread: &mut [T],
+    ) {
+        let positions = geo.positions();
+        for (o, to) in spread
+            .chunks_exact_mut(m)
+            .take(geo.out_per_group())
+            .enumerate()
+        {
+            let from = &dy_g[o * positions..][..positions];
+            let (grid_rows, tail) = to.split_at_mut(rows.len() * self.wp);
+            for (row, oy) in grid_rows.chunks_exact_mut(self.wp).zip(rows.clone()) {
+                let (values, extra) = row.split_at_mut(geo.out_w);
+                values.copy_from_slice(&from[oy * geo.out_w..][..geo.out_w]);
+                extra.fill(zero);
+            }
+            tail.fill(zero);
         }
     }
 
@@ -110,45 +181,53 @@ pub(super) fn conv2d<T>(
     debug_assert_eq!(geo.stride, [1, 1]);
     let grid = PaddedGrid::new(geo);
     let (opg, cpg, positions) = (geo.out_per_group(), geo.in_per_group(), geo.positions());
-    let w = per_kernel_position(w, geo, zero);
+    let unfold = cpg < FEW_CHANNELS;
+    let reordered;
+    let w = if unfold {
+        reordered = transpose_blocks(w, geo.c_out, [cpg, geo.k_h * geo.k_w], zero);
+        &reordered[..]
+    } else {
+        reordered = per_kernel_position(w, geo, zero);
+        &reordered[..]
+    };
     let item_in = geo.c_in * geo.in_plane();
     let max_rows = grid.tiles(geo).map(|rows| rows.len()).max().unwrap_or(0);
     let tile_len = (max_rows * grid.wp).next_multiple_of(LANES);
-    let scratch = || (vec![zero; cpg * grid.plane], vec![zero; opg * tile_len]);
+    let unfolded_len = if unfold {
+        cpg * geo.k_h * geo.k_w * tile_len
+    } else {
+        0
+    };
+    let scratch = || {
+        let padded = vec![zero; cpg * grid.plane];
+        (padded, vec![zero; opg * tile_len], vec![zero; unfolded_len])
+    };
     for_each_chunk(
         out,
         geo.c_out * positions,
         scratch,
-        |(padded, sums), (b, out_b)| {
+        |(padded, sums, unfolded), (b, out_b)| {
             let x_b = &x[b * item_in..(b + 1) * item_in];
             for g in 0..geo.groups {
                 grid.fill(geo, x_b, g, padded);
+                let w_g = &w[g * opg * cpg * geo.k_h * geo.k_w..];
                 for rows in grid.tiles(geo) {
                     let m = (rows.len() * grid.wp).next_multiple_of(LANES);
-                    for ky in 0..geo.k_h {
-                        for kx in 0..geo.k_w {
-                            let k = ky * geo.k_w + kx;
-                            let start = (rows.start + ky * geo.dilation[0]) * grid.wp
-                                + kx * geo.dilation[1];
-                            // sums[opg, m] (+)= w[g, k][opg, cpg] · padded[cpg, start..start + m]
-                            // SAFETY: `sums` holds opg · m ≤ opg · tile_len values; the weight
-                            // block opg · cpg; the last channel's run ends at most at
-                            // (hp − 1)·wp + (k_w − 1)·dil_w + wp − 1 + LANES, inside its plane
-                            // and slack.
-                            unsafe {
-                                gemm_on_thread(
-                                    [opg, m, cpg],
-                                    sums.as_mut_ptr(),
-                                    [m as isize, 1],
-                                    k > 0,
-                                    w[((g * geo.k_h * geo.k_w) + k) * opg * cpg..].as_ptr(),
-                                    [cpg as isize, 1],
-                                    padded[start..].as_ptr(),
-                                    [grid.plane as isize, 1],
-                                    [zero, one],
-                                );
-                            }
-                        }
+                    let first = rows.start * grid.wp;
+                    if unfold {
+                        grid.unfold(geo, padded, first, m, unfolded);
+                        tile_by_one_gemm(geo, w_g, unfolded, m, sums, [zero, one]);
+                    } else {
+                        tile_by_kernel_position(
+                            geo,
+                            &grid,
+                            w_g,
+                            padded,
+                            first,
+                            m,
+                            sums,
+                            [zero, one],
+                        );
                     }
                     for o in 0..opg {
                         let out_o = &mut out_b[(g * opg + o) * positions..][..positions];
@@ -164,6 +243,146 @@ pub(super) fn conv2d<T>(
             }
         },
     );
+}
+
+/// A tile's sums `[opg, m]` from the tile starting at padded position `first`: one GEMM per
+/// kernel position, `w_g` one group's weight as [`per_kernel_position`] orders it.
+#[allow(clippy::too_many_arguments)]
+fn tile_by_kernel_position<T: Copy + 'static>(
+    geo: &Geometry,
+    grid: &PaddedGrid,
+    w_g: &[T],
+    padded: &[T],
+    first: usize,
+    m: usize,
+    sums: &mut [T],
+    zero_one: [T; 2],
+) {
+    let (opg, cpg) = (geo.out_per_group(), geo.in_per_group());
+    for k in 0..geo.k_h * geo.k_w {
+        let start = first + grid.shift(geo, k);
+        // sums[opg, m] (+)= w[g, k][opg, cpg] · padded[cpg, start..start + m]
+        // SAFETY: `sums` holds opg · m ≤ opg · tile_len values; the weight block opg · cpg; the
+        // last channel's run ends at most at (hp − 1)·wp + (k_w − 1)·dil_w + wp − 1 + LANES,
+        // inside its plane and slack.
+        unsafe {
+            gemm_on_thread(
+                [opg, m, cpg],
+                sums.as_mut_ptr(),
+                [m as isize, 1],
+                k > 0,
+                w_g[k * opg * cpg..].as_ptr(),
+                [cpg as isize, 1],
+                padded[start..].as_ptr(),
+                [grid.plane as isize, 1],
+                zero_one,
+            );
+        }
+    }
+}
+
+/// A tile's sums `[opg, m]` by one GEMM over its unfolded runs (`[cpg · k_h · k_w, m]`, what
+/// [`PaddedGrid::unfold`] wrote), `w_g` one group's weight in the same order
+/// (`[opg, k_h · k_w, cpg]`).
+fn tile_by_one_gemm<T: Copy + 'static>(
+    geo: &Geometry,
+    w_g: &[T],
+    unfolded: &[T],
+    m: usize,
+    sums: &mut [T],
+    zero_one: [T; 2],
+) {
+    let (opg, inner) = (geo.out_per_group(), geo.in_per_group() * geo.k_h * geo.k_w);
+    assert!(sums.len() >= opg * m && unfolded.len() >= inner * m && w_g.len() >= opg * inner);
+    // sums[opg, m] = w[g][opg, inner] · unfolded[inner, m]
+    // SAFETY: the assertion above bounds all three operands.
+    unsafe {
+        gemm_on_thread(
+            [opg, m, inner],
+            sums.as_mut_ptr(),
+            [m as isize, 1],
+            false,
+            w_g.as_ptr(),
+            [inner as isize, 1],
+            unfolded.as_ptr(),
+            [m as isize, 1],
+            zero_one,
+        );
+    }
+}
+
+/// The weight gradient's partial sums, `[chunks, c_out, k_h · k_w, cpg]`, of a convolution
+/// [`takes_weight_grad`] accepts, of `x` (`[batch, c_in, in_h, in_w]`) with output gradient `dy`
+/// (`[batch, c_out, out_h, out_w]`), both contiguous: chunk `i` sums items `i · per_chunk` up to
+/// the next chunk's first. Per tile of an item's output rows, one GEMM: the output gradient
+/// spread onto the padded grid times its unfolded input. Each extra column of the grid adds
+/// zero times an input value, which stays zero unless that value is infinite or NaN.
+pub(super) fn weight_grad_partials<T>(
+    x: &[T],
+    dy: &[T],
+    geo: &Geometry,
+    [per_chunk, chunks]: [usize; 2],
+    [zero, one]: [T; 2],
+) -> Vec<T>
+where
+    T: bytemuck::Pod + Send + Sync + 'static,
+{
+    debug_assert!(takes_weight_grad(geo));
+    let grid = PaddedGrid::new(geo);
+    let (opg, cpg, patch) = (geo.out_per_group(), geo.in_per_group(), geo.patch());
+    let (item_in, item_out) = (geo.c_in * geo.in_plane(), geo.c_out * geo.positions());
+    let grad_len = geo.c_out * patch;
+    let max_rows = grid.tiles(geo).map(|rows| rows.len()).max().unwrap_or(0);
+    let tile_len = (max_rows * grid.wp).next_multiple_of(LANES);
+    let mut partials = vec![zero; chunks * grad_len];
+    if grad_len == 0 {
+        return partials;
+    }
+    let scratch = || {
+        let padded = vec![zero; cpg * grid.plane];
+        (
+            padded,
+            vec![zero; opg * tile_len],
+            vec![zero; patch * tile_len],
+        )
+    };
+    for_each_chunk(
+        &mut partials,
+        grad_len,
+        scratch,
+        |(padded, spread, unfolded), (chunk, sum)| {
+            let items = chunk * per_chunk..((chunk + 1) * per_chunk).min(geo.batch);
+            for (i, b) in items.enumerate() {
+                for g in 0..geo.groups {
+                    grid.fill(geo, &x[b * item_in..][..item_in], g, padded);
+                    let dy_g = &dy[b * item_out + g * opg * geo.positions()..];
+                    for (t, rows) in grid.tiles(geo).enumerate() {
+                        let m = (rows.len() * grid.wp).next_multiple_of(LANES);
+                        grid.unfold(geo, padded, rows.start * grid.wp, m, unfolded);
+                        grid.spread(geo, dy_g, rows, m, zero, spread);
+                        let sum_g = &mut sum[g * opg * patch..][..opg * patch];
+                        assert!(spread.len() >= opg * m && unfolded.len() >= patch * m);
+                        // sum_g[opg, patch] (+)= spread[opg, m] · unfoldedᵀ[m, patch]
+                        // SAFETY: the slice and the assertion above bound all three operands.
+                        unsafe {
+                            gemm_on_thread(
+                                [opg, patch, m],
+                                sum_g.as_mut_ptr(),
+                                [patch as isize, 1],
+                                i > 0 || t > 0,
+                                spread.as_ptr(),
+                                [m as isize, 1],
+                                unfolded.as_ptr(),
+                                [1, m as isize],
+                                [zero, one],
+                            );
+                        }
+                    }
+                }
+            }
+        },
+    );
+    partials
 }
 
 /// The options under which the gradient of the input of a convolution with `options` and a

@@ -93,9 +93,10 @@ const CASES: [(
     [usize; 2],
     [usize; 2],
     usize,
-); 10] = [
+); 12] = [
     (2, 3, 8, 8, 4, 3, 3, [1, 1], [1, 1], [1, 1], 1),
-    // Stride 1 (the shifted-GEMM path) dilated and grouped; over several row tiles.
+    // Stride 1 dilated and grouped; over several row tiles (fewer than 8 channels: one GEMM
+    // per tile over the unfolded kernel positions).
     (2, 4, 9, 8, 6, 3, 3, [1, 1], [2, 1], [2, 1], 2),
     (2, 3, 24, 20, 5, 3, 3, [1, 1], [1, 1], [1, 1], 1),
     (3, 4, 9, 7, 6, 3, 3, [2, 2], [1, 1], [1, 1], 1),
@@ -105,6 +106,9 @@ const CASES: [(
     (33, 3, 4, 4, 5, 2, 2, [1, 1], [0, 1], [1, 1], 1),
     (2, 2, 40, 3, 3, 3, 3, [1, 1], [1, 1], [1, 1], 1),
     (4, 5, 3, 3, 2, 5, 5, [1, 1], [2, 2], [1, 1], 1),
+    // Stride 1 with groups of 8 or more channels both ways (a GEMM per kernel position).
+    (2, 16, 24, 20, 8, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+    (2, 16, 9, 8, 16, 3, 3, [1, 1], [2, 1], [2, 1], 2),
 ];
 
 #[test]
@@ -234,8 +238,15 @@ fn a_bias_is_added_per_output_channel() {
 
 #[test]
 fn the_weight_gradient_does_not_depend_on_the_thread_count() {
+    // 8 input channels go through conv2d_gemm, 3 through conv2d_shifted.
+    for c_in in [8, 3] {
+        weight_gradient_on_threads_1_2_3_8(c_in);
+    }
+}
+
+fn weight_gradient_on_threads_1_2_3_8(c_in: usize) {
     let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
-    let (x, dy) = (tensor(&[37, 8, 12, 12], 3), tensor(&[37, 16, 12, 12], 4));
+    let (x, dy) = (tensor(&[37, c_in, 12, 12], 3), tensor(&[37, 16, 12, 12], 4));
     let grad = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -245,7 +256,7 @@ fn the_weight_gradient_does_not_depend_on_the_thread_count() {
             data(conv2d_weight_grad(
                 x.clone(),
                 dy.clone(),
-                &[16, 8, 3, 3],
+                &[16, c_in, 3, 3],
                 &options,
                 DType::F32,
                 [0.0f32, 1.0],
