@@ -193,11 +193,7 @@ pub(super) fn conv2d<T>(
     let item_in = geo.c_in * geo.in_plane();
     let max_rows = grid.tiles(geo).map(|rows| rows.len()).max().unwrap_or(0);
     let tile_len = (max_rows * grid.wp).next_multiple_of(LANES);
-    let unfolded_len = if unfold {
-        cpg * geo.k_h * geo.k_w * tile_len
-    } else {
-        0
-    };
+    let unfolded_len = if unfold { geo.patch() * tile_len } else { 0 };
     let scratch = || {
         let padded = vec![zero; cpg * grid.plane];
         (padded, vec![zero; opg * tile_len], vec![zero; unfolded_len])
@@ -281,7 +277,7 @@ fn tile_by_kernel_position<T: Copy + 'static>(
     }
 }
 
-/// A tile's sums `[opg, m]` by one GEMM over its unfolded runs (`[cpg · k_h · k_w, m]`, what
+/// A tile's sums `[opg, m]` by one GEMM over its unfolded runs (`[k_h · k_w · cpg, m]`, what
 /// [`PaddedGrid::unfold`] wrote), `w_g` one group's weight in the same order
 /// (`[opg, k_h · k_w, cpg]`).
 fn tile_by_one_gemm<T: Copy + 'static>(
@@ -292,7 +288,7 @@ fn tile_by_one_gemm<T: Copy + 'static>(
     sums: &mut [T],
     zero_one: [T; 2],
 ) {
-    let (opg, inner) = (geo.out_per_group(), geo.in_per_group() * geo.k_h * geo.k_w);
+    let (opg, inner) = (geo.out_per_group(), geo.patch());
     assert!(sums.len() >= opg * m && unfolded.len() >= inner * m && w_g.len() >= opg * inner);
     // sums[opg, m] = w[g][opg, inner] · unfolded[inner, m]
     // SAFETY: the assertion above bounds all three operands.
