@@ -134,6 +134,11 @@ impl Geometry {
         }
     }
 
+    /// The batch items that weight-gradient chunk `chunk` of `per_chunk` items sums.
+    pub(super) fn chunk_items(&self, chunk: usize, per_chunk: usize) -> Range<usize> {
+        chunk * per_chunk..((chunk + 1) * per_chunk).min(self.batch)
+    }
+
     /// Output rows per GEMM: enough positions to keep the GEMM efficient, few enough that the
     /// patches stay in cache.
     fn rows_per_tile(&self) -> usize {
@@ -413,7 +418,7 @@ where
             grad_len,
             scratch,
             |(nhwc, patches), (chunk, sum)| {
-                let items = chunk * per_chunk..((chunk + 1) * per_chunk).min(geo.batch);
+                let items = geo.chunk_items(chunk, per_chunk);
                 for (i, b) in items.enumerate() {
                     to_channels_last(
                         &x[b * item_in..(b + 1) * item_in],

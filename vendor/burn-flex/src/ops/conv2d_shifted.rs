@@ -138,6 +138,20 @@ impl PaddedGrid {
         }
     }
 
+    /// Positions one GEMM computes for the output `rows`: their padded-grid rows, rounded up
+    /// to whole vectors.
+    fn tile_len(&self, rows: &Range<usize>) -> usize {
+        (rows.len() * self.wp).next_multiple_of(LANES)
+    }
+
+    /// The largest [`tile_len`](Self::tile_len) over the tiles, what scratch buffers hold.
+    fn longest_tile(&self, geo: &Geometry) -> usize {
+        self.tiles(geo)
+            .map(|rows| self.tile_len(&rows))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The output rows of each tile.
     fn tiles(&self, geo: &Geometry) -> impl Iterator<Item = Range<usize>> + use<> {
         let step = (TILE_POSITIONS / self.wp).clamp(1, geo.out_h.max(1));
@@ -191,8 +205,7 @@ pub(super) fn conv2d<T>(
         &reordered[..]
     };
     let item_in = geo.c_in * geo.in_plane();
-    let max_rows = grid.tiles(geo).map(|rows| rows.len()).max().unwrap_or(0);
-    let tile_len = (max_rows * grid.wp).next_multiple_of(LANES);
+    let tile_len = grid.longest_tile(geo);
     let unfolded_len = if unfold { geo.patch() * tile_len } else { 0 };
     let scratch = || {
         let padded = vec![zero; cpg * grid.plane];
@@ -208,7 +221,7 @@ pub(super) fn conv2d<T>(
                 grid.fill(geo, x_b, g, padded);
                 let w_g = &w[g * opg * cpg * geo.k_h * geo.k_w..];
                 for rows in grid.tiles(geo) {
-                    let m = (rows.len() * grid.wp).next_multiple_of(LANES);
+                    let m = grid.tile_len(&rows);
                     let first = rows.start * grid.wp;
                     if unfold {
                         grid.unfold(geo, padded, first, m, unfolded);
@@ -328,8 +341,7 @@ where
     let (opg, cpg, patch) = (geo.out_per_group(), geo.in_per_group(), geo.patch());
     let (item_in, item_out) = (geo.c_in * geo.in_plane(), geo.c_out * geo.positions());
     let grad_len = geo.c_out * patch;
-    let max_rows = grid.tiles(geo).map(|rows| rows.len()).max().unwrap_or(0);
-    let tile_len = (max_rows * grid.wp).next_multiple_of(LANES);
+    let tile_len = grid.longest_tile(geo);
     let mut partials = vec![zero; chunks * grad_len];
     if grad_len == 0 {
         return partials;
@@ -347,13 +359,13 @@ where
         grad_len,
         scratch,
         |(padded, spread, unfolded), (chunk, sum)| {
-            let items = chunk * per_chunk..((chunk + 1) * per_chunk).min(geo.batch);
+            let items = geo.chunk_items(chunk, per_chunk);
             for (i, b) in items.enumerate() {
                 for g in 0..geo.groups {
                     grid.fill(geo, &x[b * item_in..][..item_in], g, padded);
                     let dy_g = &dy[b * item_out + g * opg * geo.positions()..];
                     for (t, rows) in grid.tiles(geo).enumerate() {
-                        let m = (rows.len() * grid.wp).next_multiple_of(LANES);
+                        let m = grid.tile_len(&rows);
                         grid.unfold(geo, padded, rows.start * grid.wp, m, unfolded);
                         grid.spread(geo, dy_g, rows, m, zero, spread);
                         let sum_g = &mut sum[g * opg * patch..][..opg * patch];
