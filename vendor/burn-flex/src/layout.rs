@@ -291,19 +291,51 @@ impl Layout {
         )
     }
 
-    /// Reshape to a new shape. Only works if contiguous with zero offset.
+    /// Reshape to a new shape without moving data: any shape when contiguous with zero
+    /// offset, else only a shape that adds or drops dimensions of size 1.
     ///
-    /// Returns None if not contiguous or has non-zero offset (would require data copy).
+    /// Returns None otherwise (would require data copy).
     pub fn reshape(&self, new_shape: Shape) -> Option<Self> {
-        if !self.is_contiguous() || self.start_offset != 0 {
-            return None;
-        }
         debug_assert_eq!(
             self.num_elements(),
             new_shape.num_elements(),
             "reshape must preserve total elements"
         );
+        if !self.is_contiguous() || self.start_offset != 0 {
+            return self.reshape_unit_dims(new_shape);
+        }
         Some(Self::contiguous(new_shape))
+    }
+
+    /// This view as `new_shape` when that differs from the shape only by dimensions of size 1
+    /// (burn-backend's linear input gradient gives a transposed weight leading dimensions of
+    /// size 1): the other dimensions keep their strides, and a dimension of size 1 takes the
+    /// stride a row-major layout would give it. `None` for any other shape.
+    fn reshape_unit_dims(&self, new_shape: Shape) -> Option<Self> {
+        fn kept(shape: &Shape) -> impl DoubleEndedIterator<Item = usize> + '_ {
+            (0..shape.num_dims()).filter(move |&d| shape[d] != 1)
+        }
+        let same = kept(&self.shape)
+            .map(|d| self.shape[d])
+            .eq(kept(&new_shape).map(|d| new_shape[d]));
+        if !same {
+            return None;
+        }
+        let mut old = kept(&self.shape).rev();
+        let mut strides = vec![0isize; new_shape.num_dims()];
+        let mut outer = 1isize;
+        for d in (0..new_shape.num_dims()).rev() {
+            if new_shape[d] != 1 {
+                let from = old
+                    .next()
+                    .expect("the same dimensions of size other than 1");
+                outer = self.strides[from] * new_shape[d] as isize;
+                strides[d] = self.strides[from];
+            } else {
+                strides[d] = outer;
+            }
+        }
+        Some(Self::new(new_shape, strides, self.start_offset))
     }
 
     /// Compute linear index from multi-dimensional indices.
@@ -559,6 +591,27 @@ mod tests {
         assert_eq!(transposed.shape().to_vec(), vec![3, 2]);
         assert_eq!(transposed.strides(), &[1, 3]);
         assert!(!transposed.is_contiguous());
+    }
+
+    #[test]
+    fn reshape_adds_and_drops_unit_dims_of_a_view() {
+        let transposed = Layout::contiguous(Shape::from(vec![3, 4])).transpose(0, 1);
+        let batched = transposed
+            .reshape(Shape::from(vec![1, 4, 1, 3]))
+            .expect("only dimensions of size 1 added");
+        assert_eq!(batched.strides(), &[4, 1, 12, 4]);
+        let back = batched
+            .reshape(Shape::from(vec![4, 3]))
+            .expect("only size-1 dropped");
+        assert_eq!(back, transposed);
+        assert_eq!(transposed.reshape(Shape::from(vec![12])), None);
+        assert_eq!(transposed.reshape(Shape::from(vec![2, 6])), None);
+        // A narrowed view keeps its offset.
+        let narrowed = Layout::contiguous(Shape::from(vec![4, 5])).narrow(1, 1, 3);
+        let view = narrowed
+            .reshape(Shape::from(vec![4, 1, 3]))
+            .expect("a view");
+        assert_eq!((view.strides(), view.start_offset()), (&[5, 3, 1][..], 1));
     }
 
     #[test]

@@ -277,31 +277,56 @@ fn odometer<const K: usize>(
     }
 }
 
-/// Appends a strided layout whose inner stride is 1 to `dst` in row-major order, one
-/// contiguous run at a time (`shape` and `strides` collapsed as `collapse_for_copy` leaves
-/// them: 1 to [`MAX_RANK`] dimensions).
-pub(crate) fn copy_runs<E: Copy>(
-    dst: &mut Vec<E>,
+/// Writes a strided layout into `dst` (exactly as long) in row-major order: one slice copy per
+/// run when the inner stride is 1, else one tiled copy (`copy_2d_tiled`) per block of the two
+/// inner dimensions, so that a transposed batch (attention's keys, `[b, t, h·d]` read with
+/// strides `[h·d·t, 1, t]`) moves in cache-sized tiles instead of an element at a time.
+/// `shape` and `strides` are collapsed as `collapse_for_copy` leaves them: 1 to [`MAX_RANK`]
+/// dimensions, positive strides.
+pub(crate) fn copy_block<E: Copy>(
+    dst: &mut [E],
     src: &[E],
-    offset: usize,
+    offset: isize,
     shape: &[usize],
     strides: &[isize],
 ) {
-    debug_assert_eq!(strides.last(), Some(&1), "copy_runs: inner stride is not 1");
     if shape.contains(&0) {
         return;
     }
-    let outer = shape.len() - 1;
-    let n = shape[outer];
-    odometer(
-        &shape[..outer],
-        [&strides[..outer]],
-        [offset as isize],
-        |[s]| {
-            let s = s as usize;
-            dst.extend_from_slice(&src[s..s + n]);
-        },
-    );
+    let rank = shape.len();
+    let inner = shape[rank - 1];
+    if strides[rank - 1] == 1 {
+        let mut at = 0;
+        odometer(
+            &shape[..rank - 1],
+            [&strides[..rank - 1]],
+            [offset],
+            |[s]| {
+                let s = s as usize;
+                dst[at..at + inner].copy_from_slice(&src[s..s + inner]);
+                at += inner;
+            },
+        );
+    } else if rank == 1 {
+        for (i, slot) in dst.iter_mut().enumerate() {
+            *slot = src[(offset + i as isize * strides[0]) as usize];
+        }
+    } else {
+        let (rows, cols) = (shape[rank - 2], inner);
+        let (row_stride, col_stride) = (strides[rank - 2], strides[rank - 1]);
+        let mut blocks = dst.chunks_exact_mut(rows * cols);
+        odometer(
+            &shape[..rank - 2],
+            [&strides[..rank - 2]],
+            [offset],
+            |[s]| {
+                let block = blocks
+                    .next()
+                    .expect("copy_block: dst shorter than the layout");
+                crate::tensor::copy_2d_tiled(block, src, s, rows, cols, row_stride, col_stride);
+            },
+        );
+    }
 }
 
 #[cfg(test)]
@@ -430,6 +455,14 @@ mod tests {
             tensor(&[2, 3, 4, 5], 1.0).permute(&[2, 0, 3, 1]),
             flip(tensor(&[3, 4, 5], 1.0), &[1]),
             tensor(&[3, 0, 5], 1.0).permute(&[1, 0, 2]),
+            // A strided run, and rank 9 (above the nest's).
+            tensor(&[7, 3], 1.0).narrow(1, 1, 1),
+            tensor(&[2, 1, 2, 2, 1, 2, 2, 1, 3], 1.0).permute(&[8, 7, 6, 5, 4, 3, 2, 1, 0]),
+            // Large enough to be cut into pieces on rayon's threads: attention's keys back
+            // from `[b, h, d, t]` (tiled blocks), a transposed weight, a narrowed matrix (runs).
+            tensor(&[8, 4, 64, 130], 1.0).permute(&[0, 3, 1, 2]),
+            tensor(&[300, 1000], 1.0).permute(&[1, 0]),
+            tensor(&[600, 500], 1.0).narrow(1, 3, 450),
         ];
         for t in cases {
             let copy = t.to_contiguous();

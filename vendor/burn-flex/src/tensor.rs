@@ -340,54 +340,34 @@ impl FlexTensor {
         let offset = self.layout.start_offset() as isize;
         let all_positive = strides.iter().all(|&s| s >= 0);
 
-        if shape.len() <= 1 && all_positive {
-            // 0-D scalar or 1-D run with a uniform stride. Empty
-            // collapsed shape means rank 0 (numel 1); otherwise
-            // numel is the single dim's size (which may be 0 for
-            // zero-sized 1D tensors, so don't clamp via `.max(1)`).
-            let collapsed_numel = if shape.is_empty() { 1 } else { shape[0] };
-            debug_assert_eq!(n, collapsed_numel);
-            // SAFETY: capacity is n; we fill every position below.
-            unsafe { dst.set_len(n) };
-            if shape.is_empty() {
-                if n > 0 {
-                    dst[0] = src[offset as usize];
-                }
-            } else {
-                let len = shape[0];
-                let stride = strides[0];
-                if stride == 1 {
-                    dst[..len].copy_from_slice(&src[offset as usize..offset as usize + len]);
-                } else {
-                    for (i, slot) in dst.iter_mut().take(len).enumerate() {
-                        let idx = (offset + i as isize * stride) as usize;
-                        *slot = src[idx];
-                    }
-                }
+        if shape.is_empty() {
+            // Rank 0, or every dimension of size 1: one element.
+            if n > 0 {
+                dst.push(src[offset as usize]);
             }
-        } else if shape.len() == 2 && all_positive {
-            // 2D positive-stride (transpose-like): tile both dims so
-            // reads stay in cache. The loop-nesting chooser inside
-            // `copy_2d_tiled` picks whichever ordering puts the
-            // smaller source stride on the innermost loop.
-            debug_assert_eq!(shape[0] * shape[1], n, "2D strides must cover all elements");
-            // SAFETY: capacity is n; `copy_2d_tiled` writes every
-            // `(row, col)` position exactly once.
+        } else if all_positive && self.layout.num_dims() <= crate::nest::MAX_RANK {
+            // Runs, or tiled transposes of the two inner dimensions (`copy_block`), cut
+            // along the outermost dimension into pieces that run on rayon's threads when the
+            // tensor is large.
+            let slice = n / shape[0].max(1);
+            // SAFETY: capacity is n; the pieces below cover `0..n` and `copy_block` writes
+            // every element of its piece.
             unsafe { dst.set_len(n) };
-            copy_2d_tiled(
-                &mut dst, src, offset, shape[0], shape[1], strides[0], strides[1],
-            );
-        } else if all_positive
-            && self.layout.num_dims() <= crate::nest::MAX_RANK
-            && strides.last() == Some(&1)
-        {
-            // ND layouts with a contiguous inner run (e.g. BatchNorm's
-            // `swap_dims(0, 1)` of NCHW, which collapses to
-            // `[C, N, H*W]`): one slice copy per run.
-            crate::nest::copy_runs(&mut dst, src, offset as usize, shape, strides);
+            crate::par::update(&mut dst, slice, |start, piece| {
+                let mut piece_shape = [0; crate::nest::MAX_RANK];
+                piece_shape[..shape.len()].copy_from_slice(shape);
+                piece_shape[0] = piece.len() / slice;
+                crate::nest::copy_block(
+                    piece,
+                    src,
+                    offset + (start / slice) as isize * strides[0],
+                    &piece_shape[..shape.len()],
+                    strides,
+                );
+            });
         } else {
             // General fallback: covers negative strides (flipped
-            // tensors) and ND layouts that can't collapse to ≤2D.
+            // tensors) and layouts above the nest's rank.
             for idx in crate::strided_index::StridedIter::new(&self.layout) {
                 dst.push(src[idx]);
             }
@@ -559,7 +539,7 @@ fn collapse_for_copy(shape: &[usize], strides: &[isize]) -> CollapsedLayout {
 /// source stride is smaller, which keeps the hot loop in cache even
 /// for transpose-like layouts.
 #[inline]
-fn copy_2d_tiled<E: Copy>(
+pub(crate) fn copy_2d_tiled<E: Copy>(
     dst: &mut [E],
     src: &[E],
     offset: isize,

@@ -261,8 +261,7 @@ fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTen
     let rhs_ptr = unsafe { rhs_data.as_ptr().add(rhs.layout().start_offset()) };
 
     let out_shape = Shape::from(vec![m, n]);
-    let mut output = FlexTensor::empty(out_shape, T::dtype());
-    let out_data: &mut [T] = output.storage_mut();
+    let mut out = Vec::<T>::with_capacity(checked_size(m, n));
 
     let parallelism = get_parallelism(m, n, k);
 
@@ -271,7 +270,7 @@ fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTen
             m,
             n,
             k,
-            out_data.as_mut_ptr(),
+            out.as_mut_ptr(),
             1,
             n as isize,
             lhs_ptr,
@@ -282,9 +281,24 @@ fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTen
             rhs_row_stride,
             parallelism,
         );
+        // SAFETY: the GEMM wrote all `m * n` elements (see [`output_tensor`]).
+        out.set_len(m * n);
     }
 
-    output
+    output_tensor(out, out_shape)
+}
+
+/// The product's output tensor from `out`, whose every element a GEMM wrote.
+///
+/// Outputs are allocated uninitialised rather than zero-filled: `gemm_call` asks for
+/// `alpha = 0` with `read_dst` false, so the GEMM never reads the destination and writes each
+/// of its elements (zero when the inner dimension is 0).
+fn output_tensor<T: GemmScalar>(out: Vec<T>, shape: Shape) -> FlexTensor {
+    FlexTensor::new(
+        Bytes::from_elems(out),
+        Layout::contiguous(shape),
+        T::dtype(),
+    )
 }
 
 /// Strided gemm call for one matrix. Wraps `gemm::gemm` with GemmScalar zero/one.
@@ -364,13 +378,14 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
     out_dims.push(n);
     let out_shape = Shape::from(out_dims);
 
-    let mut output = FlexTensor::empty(out_shape, T::dtype());
+    let out_len = checked_size(batch_size, out_matrix_size);
+    let mut out = Vec::<T>::with_capacity(out_len);
 
     let lhs_data: &[T] = lhs.storage();
     let rhs_data: &[T] = rhs.storage();
     let lhs_start = lhs.layout().start_offset() as isize;
     let rhs_start = rhs.layout().start_offset() as isize;
-    let out_data: &mut [T] = output.storage_mut();
+    let out_data = &mut out.spare_capacity_mut()[..out_len];
 
     let per_matrix_ops = m.saturating_mul(n).saturating_mul(k);
 
@@ -409,7 +424,11 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
         if per_matrix_ops >= PARALLEL_THRESHOLD && !prefer_batch_parallel {
             let parallelism = gemm::Parallelism::Rayon(0);
             for b in 0..batch_size {
-                run_one(out_data[b * out_matrix_size..].as_mut_ptr(), b, parallelism);
+                run_one(
+                    out_data[b * out_matrix_size..].as_mut_ptr().cast(),
+                    b,
+                    parallelism,
+                );
             }
         } else if total_ops >= BATCH_PARALLEL_THRESHOLD && batch_size > 1 {
             use rayon::prelude::*;
@@ -418,12 +437,12 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
                 .par_chunks_mut(out_matrix_size)
                 .enumerate()
                 .for_each(|(b, out_chunk)| {
-                    run_one(out_chunk.as_mut_ptr(), b, gemm::Parallelism::None);
+                    run_one(out_chunk.as_mut_ptr().cast(), b, gemm::Parallelism::None);
                 });
         } else {
             for b in 0..batch_size {
                 run_one(
-                    out_data[b * out_matrix_size..].as_mut_ptr(),
+                    out_data[b * out_matrix_size..].as_mut_ptr().cast(),
                     b,
                     gemm::Parallelism::None,
                 );
@@ -436,14 +455,16 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
         let _ = per_matrix_ops;
         for b in 0..batch_size {
             run_one(
-                out_data[b * out_matrix_size..].as_mut_ptr(),
+                out_data[b * out_matrix_size..].as_mut_ptr().cast(),
                 b,
                 gemm::Parallelism::None,
             );
         }
     }
 
-    output
+    // SAFETY: one GEMM per batch item wrote each item's `m * n` elements.
+    unsafe { out.set_len(out_len) };
+    output_tensor(out, out_shape)
 }
 
 // ============================================================================
@@ -925,6 +946,53 @@ mod tests {
         let values: Vec<f64> = result.into_data().to_vec().unwrap();
         let expected: Vec<f64> = expected.into_data().to_vec().unwrap();
         assert_eq!(values, expected);
+    }
+
+    /// burn-backend's linear input gradient, `grad @ weightᵀ` with the transposed weight given
+    /// a leading dimension of size 1: the weight stays a strided view (no copy). The product
+    /// matches the one with the weight copied row-major first to rounding, not bitwise: gemm
+    /// sums in another order when its right operand is column-major.
+    #[test]
+    fn linear_input_gradient_reads_the_transposed_weight_in_place() {
+        let values = |n: usize, seed: f32| -> Vec<f32> {
+            (0..n).map(|i| (i as f32 * 0.731 + seed).sin()).collect()
+        };
+        let grad = || FlexTensor::from_data(TensorData::new(values(2 * 3 * 5, 0.1), [2, 3, 5]));
+        let weight = FlexTensor::from_data(TensorData::new(values(4 * 5, 0.7), [4, 5]));
+        let batched = Flex::float_reshape(
+            Flex::float_swap_dims(weight.clone(), 0, 1),
+            burn_std::Shape::from(vec![1, 5, 4]),
+        );
+        assert!(!batched.is_contiguous(), "the reshape copied the weight");
+        let copied = Flex::float_reshape(
+            Flex::float_swap_dims(weight, 0, 1).to_contiguous(),
+            burn_std::Shape::from(vec![1, 5, 4]),
+        );
+        let result: Vec<f32> = Flex::float_matmul(grad(), batched)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let expected: Vec<f32> = Flex::float_matmul(grad(), copied)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        assert_eq!(result.len(), expected.len());
+        for (r, e) in result.iter().zip(&expected) {
+            assert!((r - e).abs() <= 1e-6 * (1.0 + e.abs()), "{r} against {e}");
+        }
+    }
+
+    /// Outputs are not zero-filled before the GEMM: with an inner dimension of 0 it writes the
+    /// zeros itself.
+    #[test]
+    fn empty_inner_dimension_gives_zeros() {
+        let empty = |shape: &[usize]| {
+            FlexTensor::from_data(TensorData::new(Vec::<f32>::new(), shape.to_vec()))
+        };
+        let plain = Flex::float_matmul(empty(&[3, 0]), empty(&[0, 4]));
+        let batched = Flex::float_matmul(empty(&[2, 3, 0]), empty(&[2, 0, 4]));
+        assert_eq!(plain.into_data().to_vec::<f32>().unwrap(), vec![0.0; 12]);
+        assert_eq!(batched.into_data().to_vec::<f32>().unwrap(), vec![0.0; 24]);
     }
 
     #[test]

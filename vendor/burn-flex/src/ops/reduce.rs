@@ -967,13 +967,30 @@ fn reduce_first_dim_f32(
     {
         // Use aligned allocation for optimal SIMD scatter-add
         let mut result = aligned::alloc_aligned_zeroed::<f32>(inner_size);
-        kernels::scatter_add_f32(
-            &data[start_offset..],
-            &mut result,
-            dim_size,
-            inner_size,
-            dim_stride as usize,
-        );
+        let data = &data[start_offset..];
+        // Each column is summed over the rows in order, whichever piece of columns it is in.
+        let sum_columns = |first: usize, columns: &mut [f32]| {
+            kernels::scatter_add_f32(
+                &data[first..],
+                columns,
+                dim_size,
+                columns.len(),
+                dim_stride as usize,
+            )
+        };
+        #[cfg(feature = "rayon")]
+        if dim_size * inner_size >= crate::par::PARALLEL_MIN && inner_size >= 32 {
+            // A linear layer's bias gradient: columns in pieces of whole cache lines.
+            let width = inner_size
+                .div_ceil(rayon::current_num_threads())
+                .next_multiple_of(16);
+            result
+                .par_chunks_mut(width)
+                .enumerate()
+                .for_each(|(i, columns)| sum_columns(i * width, columns));
+            return aligned::to_vec(result);
+        }
+        sum_columns(0, &mut result);
         aligned::to_vec(result)
     }
 
@@ -2300,6 +2317,25 @@ mod tests {
         let result_data = result.into_data();
         let values: &[f16] = bytemuck::cast_slice(&result_data.bytes);
         assert!(values.is_empty());
+    }
+
+    /// A sum over the rows of a large matrix (a linear layer's bias gradient) is cut into
+    /// pieces of columns on rayon's threads: each column still sums its rows in order, so the
+    /// result equals, bitwise, the sequential sum, for a column count that no piece divides.
+    #[test]
+    fn sum_over_rows_in_pieces_of_columns_equals_the_sequential_sum() {
+        let (rows, columns) = (700, 1001);
+        let data: Vec<f32> = (0..rows * columns)
+            .map(|i| ((i as f32) * 0.173).sin() * 3.0)
+            .collect();
+        let mut expected = vec![0.0f32; columns];
+        for row in data.chunks(columns) {
+            expected.iter_mut().zip(row).for_each(|(sum, v)| *sum += v);
+        }
+        let tensor = FlexTensor::from_data(TensorData::new(data, [rows, columns]));
+        let result = Flex::float_sum_dim(tensor, 0);
+        assert_eq!(result.layout().shape().to_vec(), vec![1, columns]);
+        assert_eq!(result.into_data().to_vec::<f32>().unwrap(), expected);
     }
 
     #[test]
